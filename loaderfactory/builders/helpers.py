@@ -1,0 +1,26 @@
+"""Build the datasets' helpers from their specs: transforms and collate functions."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from loaderfactory import registry
+from loaderfactory.specs.base import Spec
+
+
+def build_helper(table: registry.Table, spec: Spec | None) -> Callable[..., Any] | None:
+    """The transform or collate function ``spec`` describes (``None`` for no spec)."""
+    if spec is None:
+        return None
+    kind = getattr(spec, "kind", None)
+    entry = registry.lookup(table, kind) if kind is not None else _by_type(table, spec)
+    return entry.builder(spec)  # type: ignore[no-any-return]  # builders return callables
+
+
+def _by_type(table: registry.Table, spec: Spec) -> registry.Entry:
+    for kind in registry.available(table):
+        entry = registry.lookup(table, kind)
+        if type(spec) is entry.spec:
+            return entry
+    raise LookupError(f"no {table} kind is registered with spec {type(spec).__name__}")

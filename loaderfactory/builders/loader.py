@@ -1,0 +1,49 @@
+"""Builder of the ``torch`` loader kind."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+from loaderfactory.builders import BuildContext
+from loaderfactory.builders.helpers import build_helper
+from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.specs.loader import TorchLoaderSpec
+
+
+def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildContext) -> DataLoader[Any]:
+    seed = spec.seed if spec.seed is not None else context.seed
+    generator = torch.Generator().manual_seed(seed) if seed is not None else None
+    collate = build_helper("collate", spec.collate)
+    if context.batched:
+        # The upstream (a queue) draws whole batches itself: pass them on unbatched.
+        if spec.shuffle:
+            raise ConfigError(
+                ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
+            )
+        return DataLoader(upstream, batch_size=None, num_workers=0, collate_fn=collate, pin_memory=spec.pin_memory)
+    if spec.shuffle and isinstance(upstream, IterableDataset):
+        raise ConfigError(
+            ConfigProblem("loader.shuffle", "cannot shuffle an iterable dataset; set it to false")
+        )
+    kwargs: dict[str, Any] = {}
+    if spec.num_workers > 0:
+        kwargs.update(
+            prefetch_factor=spec.prefetch_factor,
+            persistent_workers=spec.persistent_workers,
+            timeout=spec.timeout or 0,
+            multiprocessing_context=spec.multiprocessing_context,
+        )
+    return DataLoader(
+        upstream,
+        batch_size=spec.batch_size,
+        shuffle=spec.shuffle,
+        drop_last=spec.drop_last,
+        num_workers=spec.num_workers,
+        collate_fn=collate,
+        pin_memory=spec.pin_memory and torch.accelerator.is_available(),
+        generator=generator,
+        **kwargs,
+    )

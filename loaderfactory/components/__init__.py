@@ -1,0 +1,1 @@
+"""Runtime components: usable straight from Python, no specs or Hydra needed."""

@@ -1,0 +1,57 @@
+"""Exceptions raised by loaderfactory.
+
+Each subclasses the built-in that existing ``except`` clauses already expect: a config mistake is a
+``ValueError``, a stalled stage a ``TimeoutError``, a dead worker a ``RuntimeError``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+
+class LoaderFactoryError(Exception):
+    """Base class of every error loaderfactory raises on purpose."""
+
+
+@dataclass(frozen=True)
+class ConfigProblem:
+    """One thing wrong with a config: where it is, what was given and what is allowed."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path or '<root>'}: {self.message}"
+
+
+class ConfigError(LoaderFactoryError, ValueError):
+    """A config that cannot build a loader; lists every problem found, one per line."""
+
+    def __init__(self, problems: str | ConfigProblem | Sequence[ConfigProblem]) -> None:
+        if isinstance(problems, str):
+            problems = [ConfigProblem("", problems)]
+        elif isinstance(problems, ConfigProblem):
+            problems = [problems]
+        self.problems: tuple[ConfigProblem, ...] = tuple(problems)
+        super().__init__(self._render(self.problems))
+
+    @staticmethod
+    def _render(problems: Iterable[ConfigProblem]) -> str:
+        lines = [str(p) for p in problems]
+        if len(lines) == 1:
+            return lines[0]
+        return f"{len(lines)} problems in the config:\n" + "\n".join(f"  - {line}" for line in lines)
+
+    @property
+    def paths(self) -> list[str]:
+        """The dotted config paths of the problems, in report order."""
+        return [p.path for p in self.problems]
+
+
+class StallError(LoaderFactoryError, TimeoutError):
+    """A stage waited longer than its ``timeout`` for the stage before it."""
+
+
+class WorkerError(LoaderFactoryError, RuntimeError):
+    """A background worker died without reporting an exception (killed by a signal, say)."""

@@ -1,0 +1,65 @@
+"""Config → running :class:`~loaderfactory.loader.Loader`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaderfactory import registry
+from loaderfactory.builders import BuildContext
+from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.loader import Loader
+from loaderfactory.specs.base import Spec
+from loaderfactory.validation import validate
+
+
+def build_loader(config: Any, *, dataset: Any = None) -> Loader:
+    """Validate ``config`` and build its pipeline.
+
+    Args:
+        config: a YAML path, dict, OmegaConf node (``cfg.data`` in a Hydra app) or
+            :class:`~loaderfactory.specs.pipeline.LoaderSpec`.
+        dataset: a dataset object built in code; it takes the place of the ``dataset`` slot.
+
+    Raises:
+        ConfigError: every problem in the config, before any thread or process starts.
+    """
+    spec = validate(config, require_dataset=dataset is None)
+    context = BuildContext(seed=spec.seed)
+    components: dict[str, Any] = {}
+    upstream: Any = None
+    try:
+        for slot in registry.SLOTS:
+            if slot == "dataset" and dataset is not None:
+                component = dataset
+            else:
+                slot_spec = spec.slot(slot)
+                if slot_spec is None:
+                    continue
+                component = _build(slot, slot_spec, upstream, context)
+            components[slot] = component
+            upstream = component
+            if slot == "dataset":
+                context.dataset = component
+            if slot == "queue":
+                context.batched = True
+    except BaseException:
+        Loader(components, spec).close()
+        raise
+    return Loader(components, spec)
+
+
+def _build(slot: registry.Table, slot_spec: Spec, upstream: Any, context: BuildContext) -> Any:
+    kind = getattr(slot_spec, "kind", None)
+    if kind is None:
+        kind = next(k for k in registry.available(slot) if registry.lookup(slot, k).spec is type(slot_spec))
+    entry = registry.lookup(slot, kind, path=f"{slot}.kind")
+    try:
+        return entry.builder(slot_spec, upstream, context)
+    except ConfigError as err:
+        raise ConfigError([_prefixed(slot, p) for p in err.problems]) from err.__cause__
+
+
+def _prefixed(slot: str, problem: ConfigProblem) -> ConfigProblem:
+    if problem.path == slot or problem.path.startswith(f"{slot}."):
+        return problem
+    return ConfigProblem(f"{slot}.{problem.path}" if problem.path else slot, problem.message)

@@ -1,0 +1,1 @@
+"""Everything that touches Hydra or OmegaConf: config conversion, composition, the CLI app."""

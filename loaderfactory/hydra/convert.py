@@ -1,0 +1,45 @@
+"""Turn what users hand us (a YAML path, dict, OmegaConf node or spec) into plain data."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig, ListConfig, OmegaConf
+from omegaconf.errors import InterpolationResolutionError, MissingMandatoryValue, OmegaConfBaseException
+
+from loaderfactory.errors import ConfigError, ConfigProblem
+
+
+def to_plain(config: Any) -> Any:
+    """Plain dicts and lists with interpolations resolved; ``???`` values fail loudly.
+
+    A ``str`` or ``Path`` is read as a YAML file. Dicts may hold OmegaConf interpolations too.
+    """
+    if isinstance(config, str | os.PathLike):
+        path = Path(config)
+        if not path.is_file():
+            raise ConfigError(f"config file {str(path)!r} does not exist")
+        try:
+            config = OmegaConf.load(path)
+        except Exception as err:
+            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+    if isinstance(config, dict):
+        config = OmegaConf.create(config)
+    if isinstance(config, DictConfig | ListConfig):
+        try:
+            return OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
+        except MissingMandatoryValue as err:
+            raise ConfigError(
+                ConfigProblem(_key(err), "is '???' (mandatory) and was never set; set it in the YAML or on the command line")
+            ) from err
+        except InterpolationResolutionError as err:
+            raise ConfigError(ConfigProblem(_key(err), f"interpolation failed: {err.msg}")) from err
+        except OmegaConfBaseException as err:
+            raise ConfigError(ConfigProblem(_key(err), str(err))) from err
+    return config
+
+
+def _key(err: OmegaConfBaseException) -> str:
+    return str(getattr(err, "full_key", "") or "")

@@ -1,0 +1,38 @@
+"""JSON Schema of loader configs, built from the registry, for editor completion of YAML files."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaderfactory import registry
+from loaderfactory.specs.pipeline import LoaderSpec, RunSpec
+
+
+def json_schema() -> dict[str, Any]:
+    """A JSON Schema where each slot is one of its registered kinds' specs, chosen by ``kind``."""
+    definitions: dict[str, Any] = {}
+    properties: dict[str, Any] = {}
+    for table in registry.TABLES:
+        options = []
+        for kind in registry.available(table):
+            spec = registry.lookup(table, kind).spec
+            schema = spec.model_json_schema(ref_template="#/$defs/{model}")
+            definitions.update(schema.pop("$defs", {}))
+            definitions[spec.__name__] = schema
+            options.append({"$ref": f"#/$defs/{spec.__name__}"})
+        definitions[f"{table}_kinds"] = {"oneOf": options}
+        if table in registry.SLOTS:
+            optional = LoaderSpec.model_fields[table].default is None
+            ref = {"$ref": f"#/$defs/{table}_kinds"}
+            properties[table] = {"anyOf": [ref, {"type": "null"}]} if optional else ref
+    run = RunSpec.model_json_schema(ref_template="#/$defs/{model}")
+    definitions.update(run.pop("$defs", {}))
+    properties["run"] = run
+    properties["seed"] = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]}
+    return {
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "loaderfactory config",
+        "type": "object",
+        "properties": properties,
+        "$defs": definitions,
+    }

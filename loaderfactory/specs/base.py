@@ -1,0 +1,118 @@
+"""The base ``Spec`` and the small field types every component spec shares.
+
+One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``repeats``, ``epoch_size``,
+``num_workers``/``worker_type``, ``ram_budget``, ``seed``. The seeds' names are accepted as aliases
+(``bs``, ``epoch_len``, ``buffer_timeout``, ...), never both at once.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from pydantic import (
+    AliasChoices,
+    ValidationError,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    model_validator,
+)
+
+BatchSize = PositiveInt
+BufferSize = PositiveInt
+Repeats = PositiveInt
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+Timeout = PositiveFloat | None
+"""Seconds a stage may wait for the stage before it; ``None`` waits forever."""
+
+
+def alias(*names: str) -> AliasChoices:
+    """Accept the field's own name first, then the seeds' names for it."""
+    return AliasChoices(*names)
+
+
+RULE = "config_rule"
+"""Error type of problems raised by :func:`broken_rules`; their message is shown as written."""
+
+
+def broken_rules(title: str, problems: list[tuple[str, str, Any]]) -> ValidationError:
+    """One ``ValidationError`` with a problem per ``(field, message, value)``, each at its own field.
+
+    Raise it from a ``model_validator`` so a cross-field rule points at the field to change
+    (``loader.prefetch_factor: needs num_workers >= 1``) instead of at the whole slot.
+    """
+    details: list[InitErrorDetails] = [
+        {"type": PydanticCustomError(RULE, message), "loc": (field,), "input": value}
+        for field, message, value in problems
+    ]
+    return ValidationError.from_exception_data(title, details)
+
+
+class Spec(BaseModel):
+    """Base of every spec: strict (unknown keys are errors), frozen, and alias-aware."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_per_field(cls, data: Any) -> Any:
+        """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess."""
+        if not isinstance(data, dict):
+            return data
+        for name, field in cls.model_fields.items():
+            choices = field.validation_alias
+            if isinstance(choices, AliasChoices):
+                given = [c for c in choices.choices if isinstance(c, str) and c in data]
+                if len(given) > 1:
+                    raise ValueError(
+                        f"{' and '.join(repr(g) for g in given)} name the same field {name!r}; give one"
+                    )
+        return data
+
+
+class WorkersSpec(Spec):
+    """Background workers: how many, and whether they are threads or processes."""
+
+    num_workers: NonNegativeInt = 0
+    worker_type: Literal["thread", "process"] = "process"
+
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
+
+
+def parse_size(text: str) -> int:
+    """``"2GiB"`` → 2147483648; raises ``ValueError`` naming the accepted units."""
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(
+            f"{text!r} is not a size; write a number and a unit, e.g. '512MiB' or '2GB' "
+            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    number, unit = match.groups()
+    return int(float(number) * _UNITS[unit.lower()])
+
+
+def _ram_budget(value: Any) -> Any:
+    if isinstance(value, str):
+        return parse_size(value)
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a fraction in (0, 1] or a size string like '2GiB', got {value!r}")
+    if not 0 < value <= 1:
+        raise ValueError(
+            f"a number is a fraction of available memory and must be in (0, 1], got {value!r}; "
+            "for an absolute budget write a size string like '2GiB'"
+        )
+    return float(value)
+
+
+RamBudget = Annotated[float | int, BeforeValidator(_ram_budget)]
+"""A float in (0, 1] is a fraction of available memory; an int is bytes (parsed from ``"2GiB"``)."""

@@ -1,0 +1,89 @@
+"""Specs of the built-in datasets and of user datasets named by ``_target_``."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Literal
+
+from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, field_validator
+
+from loaderfactory.specs.base import Seed, Spec
+from loaderfactory.specs.refs import TransformRef
+
+DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
+DType = Literal["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+
+
+class FieldSpec(Spec):
+    """One key of a synthetic item: a tensor of ``shape`` and ``dtype``.
+
+    Floats are standard normal; integers are uniform in ``[0, high)``.
+    """
+
+    shape: list[PositiveInt] = []
+    dtype: DType = "float32"
+    high: PositiveInt = 10
+
+
+def _default_fields() -> dict[str, FieldSpec]:
+    return {
+        "image": FieldSpec(shape=[3, 32, 32], dtype="float32"),
+        "label": FieldSpec(shape=[], dtype="int64", high=10),
+    }
+
+
+class SyntheticDatasetSpec(Spec):
+    """Deterministic dict items made from ``seed`` and the index: data without a disk.
+
+    ``delay_ms`` sleeps per item (releasing the GIL) to stand in for slow storage.
+    """
+
+    kind: Literal["synthetic"] = "synthetic"
+    length: PositiveInt = 1024
+    fields: dict[str, FieldSpec] = Field(default_factory=_default_fields, min_length=1)
+    seed: Seed = 0
+    delay_ms: NonNegativeFloat = 0.0
+
+
+class TensorFolderSpec(Spec):
+    """A folder of ``.pt`` files, each holding one dict item, read lazily in sorted order."""
+
+    kind: Literal["tensor_folder"] = "tensor_folder"
+    root: str
+    pattern: str = "*.pt"
+    recursive: bool = False
+    preprocess: TransformRef | None = None
+
+
+class TargetDatasetSpec(Spec):
+    """Any dataset class, the Hydra way: ``_target_: my.module.MyDataset`` plus its arguments."""
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    target: str = Field(alias="_target_")
+
+    @field_validator("target")
+    @classmethod
+    def _importable(cls, target: str) -> str:
+        resolve_target(target)
+        return target
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The arguments for the target, everything but ``_target_``."""
+        return dict(self.model_extra or {})
+
+
+def resolve_target(target: str) -> Any:
+    """Import ``a.b.C``; a ``ValueError`` says what could not be found and why."""
+    module_name, _, attr = target.rpartition(".")
+    if not module_name:
+        raise ValueError(f"{target!r} is not a dotted path like 'my_package.datasets.MyDataset'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise ValueError(f"cannot import module {module_name!r} for {target!r}: {err}") from err
+    try:
+        return getattr(module, attr)
+    except AttributeError:
+        raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None

@@ -1,0 +1,50 @@
+"""Spec of the ``torch`` loader kind: a plain ``torch.utils.data.DataLoader``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+
+from loaderfactory.specs.base import BatchSize, Seed, Spec, Timeout, alias, broken_rules
+from loaderfactory.specs.refs import CollateRef
+
+
+class TorchLoaderSpec(Spec):
+    """Batch with ``torch.utils.data.DataLoader``; its process workers run the dataset.
+
+    Costs ``num_workers`` processes, each holding up to ``prefetch_factor`` batches.
+    """
+
+    kind: Literal["torch"] = "torch"
+    batch_size: BatchSize = Field(32, validation_alias=alias("batch_size", "bs"))
+    shuffle: bool = False
+    drop_last: bool = False
+    num_workers: NonNegativeInt = 0
+    prefetch_factor: PositiveInt | None = None
+    persistent_workers: bool = False
+    pin_memory: bool = False
+    timeout: Timeout = None
+    collate: CollateRef | None = None
+    multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
+    seed: Seed | None = None
+
+    @model_validator(mode="after")
+    def _worker_options_need_workers(self) -> TorchLoaderSpec:
+        if self.num_workers > 0:
+            return self
+        given = {
+            "prefetch_factor": self.prefetch_factor is not None,
+            "persistent_workers": self.persistent_workers,
+            "timeout": self.timeout is not None,
+            "multiprocessing_context": self.multiprocessing_context is not None,
+        }
+        problems = [
+            (name, f"needs worker processes, but num_workers is 0; set num_workers >= 1 or drop {name}",
+             getattr(self, name))
+            for name, is_set in given.items()
+            if is_set
+        ]
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self

@@ -1,0 +1,50 @@
+"""The root spec: one field per pipeline slot, plus what the command-line run does."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, NonNegativeFloat, PositiveInt
+
+from loaderfactory.specs.base import Seed, Spec
+from loaderfactory.specs.loader import TorchLoaderSpec
+from loaderfactory.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
+
+HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
+"""Keys Hydra's ``instantiate`` reads on the root node; they are not part of the spec."""
+
+
+class RunSpec(Spec):
+    """What the ``loaderfactory`` command does with the loader it built."""
+
+    mode: Literal["run", "validate", "schema"] = "run"
+    """``validate`` checks the config and exits; ``schema`` prints the configs' JSON Schema."""
+    batches: PositiveInt | None = None
+    """Batches to draw; ``None`` runs ``epochs`` full epochs."""
+    epochs: PositiveInt = 1
+    step_ms: NonNegativeFloat = 0.0
+    """A simulated training step: the consumer sleeps this long per batch."""
+    progress: bool = True
+    report: str = "report.json"
+    plots: bool = True
+
+
+class LoaderSpec(Spec):
+    """A whole loader: ``dataset`` → ``queue`` → ``loader`` → ``stream`` → ``prefetch``.
+
+    ``queue``, ``stream`` and ``prefetch`` are optional; ``dataset`` may instead be passed to
+    :func:`~loaderfactory.build_loader` as an object. ``seed`` seeds every component that takes a
+    seed and has none of its own.
+    """
+
+    dataset: DatasetRef | None = None
+    queue: QueueRef | None = None
+    loader: LoaderRef = Field(default_factory=TorchLoaderSpec)
+    stream: StreamRef | None = None
+    prefetch: PrefetchRef | None = None
+    seed: Seed | None = None
+    run: RunSpec = Field(default_factory=RunSpec)
+
+    def slot(self, name: str) -> Any:
+        """The spec in slot ``name`` (``None`` for an empty optional slot)."""
+        return getattr(self, name)

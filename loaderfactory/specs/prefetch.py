@@ -1,0 +1,23 @@
+"""Spec of the ``thread`` prefetch kind (:class:`~loaderfactory.components.thread_buffer.ThreadBuffer`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from loaderfactory.specs.base import BufferSize, Repeats, Spec, Timeout, alias
+
+
+class ThreadBufferSpec(Spec):
+    """Prefetch on one background thread so the training step rarely waits for data.
+
+    Costs one thread and ``buffer_size`` batches of memory. ``repeats`` > 1 echoes each batch
+    (data echoing) while the next one loads; echoes are copies unless ``copy_echoes`` is false.
+    """
+
+    kind: Literal["thread"] = "thread"
+    buffer_size: BufferSize = 1
+    timeout: Timeout = Field(None, validation_alias=alias("timeout", "buffer_timeout"))
+    repeats: Repeats = 1
+    copy_echoes: bool = True

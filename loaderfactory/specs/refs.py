@@ -1,0 +1,69 @@
+"""Fields whose spec is chosen at validation time by ``kind`` from a registry table.
+
+``prefetch: {kind: thread, buffer_size: 4}`` is validated by whatever spec class ``thread`` is
+registered with, so kinds that users register validate exactly like built-ins.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from loaderfactory import registry
+from loaderfactory.specs.base import RULE, Spec
+
+
+def _fail(title: str, loc: tuple[str | int, ...], kind: str, message: str, value: Any) -> ValidationError:
+    error = PydanticCustomError(kind, message)
+    details: list[InitErrorDetails] = [{"type": error, "loc": loc, "input": value}]
+    return ValidationError.from_exception_data(title, details)
+
+
+def spec_class_for(table: registry.Table, value: dict[str, Any]) -> type[Spec]:
+    """The spec class ``value`` asks for; raises ``ValidationError`` located at ``kind``."""
+    registry.load_plugins()
+    if table == "dataset" and "_target_" in value:
+        from loaderfactory.specs.dataset import TargetDatasetSpec
+
+        return TargetDatasetSpec
+    if "kind" not in value:
+        known = ", ".join(registry.available(table))
+        raise _fail(table, ("kind",), RULE, f"missing; choose one of: {known}", value)
+    kind = value["kind"]
+    try:
+        return registry.lookup(table, str(kind)).spec
+    except LookupError:
+        raise
+    except ValueError:
+        message = registry.unknown_kind_message(table, kind)
+        raise _fail(table, ("kind",), RULE, message, kind) from None
+
+
+def dispatch_on_kind(table: registry.Table) -> WrapValidator:
+    """A validator that validates a mapping with the spec class registered for its ``kind``."""
+
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Spec:
+        if isinstance(value, Spec):
+            return value
+        if not isinstance(value, dict):
+            raise PydanticCustomError(RULE, f"must be a mapping with a 'kind' key, got {value!r}")
+        spec_cls = spec_class_for(table, value)
+        data = dict(value)
+        if "kind" not in spec_cls.model_fields:
+            data.pop("kind", None)
+        return spec_cls.model_validate(data)
+
+    return WrapValidator(validate)
+
+
+DatasetRef = Annotated[Any, dispatch_on_kind("dataset")]
+QueueRef = Annotated[Any, dispatch_on_kind("queue")]
+LoaderRef = Annotated[Any, dispatch_on_kind("loader")]
+StreamRef = Annotated[Any, dispatch_on_kind("stream")]
+PrefetchRef = Annotated[Any, dispatch_on_kind("prefetch")]
+TransformRef = Annotated[Any, dispatch_on_kind("transform")]
+"""A transform entry: ``{kind: rand_flip, apply_on: [vol], p: 0.5}``."""
+CollateRef = Annotated[Any, dispatch_on_kind("collate")]
+"""A collate entry: ``{kind: dict, keys: [vol, label]}``."""

@@ -1,0 +1,65 @@
+"""Shared fixtures: every test must leave no thread, child process or shared-memory segment behind."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+SHM = Path("/dev/shm")
+GRACE_S = 5.0
+"""How long a test's leftovers get to wind down on their own before they count as leaks."""
+
+
+def _threads() -> set[threading.Thread]:
+    return {t for t in threading.enumerate() if t.is_alive()}
+
+
+def _children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def _segments() -> set[str]:
+    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+
+
+@pytest.fixture(autouse=True)
+def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail the test if it leaves threads, child processes or /dev/shm segments alive."""
+    if request.node.get_closest_marker("allow_leaks"):
+        yield
+        return
+    threads, children, segments = _threads(), _children(), _segments()
+    yield
+    deadline = time.monotonic() + GRACE_S
+    while True:
+        new_threads = [t for t in _threads() - threads if not t.name.startswith(("pydevd", "Thread-tqdm"))]
+        new_children = _children() - children
+        new_segments = _segments() - segments
+        if not (new_threads or new_children or new_segments) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
+    problems = []
+    if new_threads:
+        problems.append(f"threads left running: {[t.name for t in new_threads]}")
+    if new_children:
+        problems.append(f"child processes left running: {sorted(new_children)}")
+        for pid in new_children:
+            try:
+                psutil.Process(pid).kill()
+            except psutil.Error:
+                pass
+    if new_segments:
+        problems.append(f"shared-memory segments left in /dev/shm: {sorted(new_segments)}")
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "allow_leaks: skip the leak check (only for tests of the check itself)")
+    config.addinivalue_line("markers", "slow: takes more than a few seconds")
