@@ -53,11 +53,24 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     summary["config"] = spec.model_dump(mode="json", by_alias=True)
     write_report(summary, out_dir / spec.run.report)
-    if spec.run.plots and loader.stats.waits:
-        plot_waits(loader.stats.waits, out_dir / "wait_hist.png")
+    if spec.run.plots:
+        summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
+        write_report(summary, out_dir / spec.run.report)
     print(format_report(summary))
     print(f"report: {out_dir / spec.run.report}")
     return summary
+
+
+def write_plots(loader: Loader, out_dir: Path) -> list[Path]:
+    """The wait histogram, plus whatever each component draws with its ``plot_telemetry(out_dir)``."""
+    paths = []
+    if loader.stats.waits:
+        paths.append(plot_waits(loader.stats.waits, out_dir / "wait_hist.png"))
+    for component in loader.components.values():
+        plot = getattr(component, "plot_telemetry", None)
+        if callable(plot):
+            paths.extend(plot(out_dir))
+    return paths
 
 
 def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:
