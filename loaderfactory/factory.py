@@ -43,7 +43,8 @@ def build_loader(config: Any, *, dataset: Any = None) -> Loader:
             if slot == "queue":
                 context.batched = True
     except BaseException:
-        Loader(components, spec).close()
+        if components:  # release what the slots before the failing one started
+            Loader(components, spec).close()
         raise
     return Loader(components, spec)
 

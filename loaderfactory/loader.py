@@ -52,7 +52,9 @@ class Loader:
         try:
             return self._components[slot]
         except KeyError:
-            raise KeyError(f"no component in slot {slot!r}; this loader has {', '.join(self._components)}") from None
+            raise KeyError(
+                f"no component in slot {slot!r}; this loader has {', '.join(self._components)}"
+            ) from None
 
     def __len__(self) -> int:
         return len(self.output)

@@ -60,9 +60,7 @@ def register(
 
     def _add(fn: B) -> B:
         if kind in _tables[table] and not replace:
-            raise ValueError(
-                f"{table} kind {kind!r} is already registered; pass replace=True to override it"
-            )
+            raise ValueError(f"{table} kind {kind!r} is already registered; pass replace=True to override it")
         _tables[table][kind] = Entry(table, kind, spec, fn)
         return fn
 

@@ -23,7 +23,11 @@ _ROWS = (
 def format_report(summary: dict[str, Any]) -> str:
     """The headline figures as an aligned two-column table."""
     width = max(len(label) for _, label, _ in _ROWS)
-    lines = [f"{label:<{width}}  {summary.get(key)} {unit}".rstrip() for key, label, unit in _ROWS if key in summary]
+    lines = [
+        f"{label:<{width}}  {summary.get(key)} {unit}".rstrip()
+        for key, label, unit in _ROWS
+        if key in summary
+    ]
     return "\n".join(lines)
 
 

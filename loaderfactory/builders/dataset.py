@@ -8,7 +8,12 @@ from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.components.datasets import SyntheticDataset, TensorFolderDataset
 from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.dataset import SyntheticDatasetSpec, TargetDatasetSpec, TensorFolderSpec, resolve_target
+from loaderfactory.specs.dataset import (
+    SyntheticDatasetSpec,
+    TargetDatasetSpec,
+    TensorFolderSpec,
+    resolve_target,
+)
 
 
 def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildContext) -> SyntheticDataset:
@@ -18,7 +23,9 @@ def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildCo
 
 def build_tensor_folder(spec: TensorFolderSpec, upstream: None, context: BuildContext) -> TensorFolderDataset:
     try:
-        return TensorFolderDataset(spec.root, spec.pattern, spec.recursive, build_helper("transform", spec.preprocess))
+        return TensorFolderDataset(
+            spec.root, spec.pattern, spec.recursive, build_helper("transform", spec.preprocess)
+        )
     except FileNotFoundError as err:
         raise ConfigError(ConfigProblem("dataset.root", str(err))) from err
 
@@ -28,4 +35,6 @@ def build_target(spec: TargetDatasetSpec, upstream: None, context: BuildContext)
     try:
         return target(**spec.kwargs)
     except TypeError as err:
-        raise ConfigError(ConfigProblem("dataset", f"{spec.target}({', '.join(spec.kwargs)}): {err}")) from err
+        raise ConfigError(
+            ConfigProblem("dataset", f"{spec.target}({', '.join(spec.kwargs)}): {err}")
+        ) from err

@@ -23,7 +23,9 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
             raise ConfigError(
                 ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
             )
-        return DataLoader(upstream, batch_size=None, num_workers=0, collate_fn=collate, pin_memory=spec.pin_memory)
+        return DataLoader(
+            upstream, batch_size=None, num_workers=0, collate_fn=collate, pin_memory=spec.pin_memory
+        )
     if spec.shuffle and isinstance(upstream, IterableDataset):
         raise ConfigError(
             ConfigProblem("loader.shuffle", "cannot shuffle an iterable dataset; set it to false")

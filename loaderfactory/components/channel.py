@@ -57,7 +57,9 @@ class Channel(Generic[T]):
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
                         raise TimeoutError
-                    self._not_empty.wait(remaining)
+                    # A huge timeout (``float('inf')`` from YAML's ``.inf``) would overflow the
+                    # lock's wait; TIMEOUT_MAX is centuries, and the loop re-checks anyway.
+                    self._not_empty.wait(None if remaining is None else min(remaining, threading.TIMEOUT_MAX))
             item = self._items.popleft()
             self._not_full.notify()
             return item

@@ -66,7 +66,9 @@ class SyntheticDataset(Dataset[Item]):
             elif dtype == torch.bool:
                 item[key] = torch.randint(0, 2, shape, generator=generator).bool()
             else:
-                item[key] = torch.randint(0, int(field.get("high", 10)), shape, generator=generator, dtype=dtype)
+                item[key] = torch.randint(
+                    0, int(field.get("high", 10)), shape, generator=generator, dtype=dtype
+                )
         item["index"] = index
         return item
 
@@ -107,4 +109,4 @@ class TensorFolderDataset(Dataset[Item]):
             raise TypeError(f"{path}: holds a {type(item).__name__}; tensor_folder files must hold a dict")
         if self.preprocess is not None:
             item = self.preprocess(item)
-        return item
+        return dict(item)

@@ -8,6 +8,7 @@ counts and that echo copies, so in-place edits of one echo never leak into the n
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import warnings
 import weakref
@@ -45,10 +46,8 @@ def _produce(source: Iterator[Any], channel: Channel[Any]) -> None:
     except ChannelClosed:
         pass
     except BaseException as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
-        try:
+        with contextlib.suppress(ChannelClosed):
             channel.put(_Failure(error))
-        except ChannelClosed:
-            pass
     finally:
         close = getattr(source, "close", None)
         if callable(close):

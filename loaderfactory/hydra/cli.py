@@ -1,9 +1,9 @@
 """The ``loaderfactory`` command: a Hydra app that builds a loader from config, runs it, reports.
 
-    loaderfactory prefetch.buffer_size=4 run.batches=200
-    loaderfactory -m prefetch.buffer_size=1,4,16
-    loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
-    loaderfactory run.mode=schema > loaderfactory.schema.json
+loaderfactory prefetch.buffer_size=4 run.batches=200
+loaderfactory -m prefetch.buffer_size=1,4,16
+loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
+loaderfactory run.mode=schema > loaderfactory.schema.json
 """
 
 from __future__ import annotations
@@ -40,7 +40,11 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         print(json.dumps(json_schema(), indent=2))
         return None
     if spec.run.mode == "validate":
-        slots = ", ".join(f"{s}={getattr(spec.slot(s), 'kind', 'custom')}" for s in ("dataset", "queue", "loader", "stream", "prefetch") if spec.slot(s) is not None)
+        slots = ", ".join(
+            f"{s}={getattr(spec.slot(s), 'kind', 'custom')}"
+            for s in ("dataset", "queue", "loader", "stream", "prefetch")
+            if spec.slot(s) is not None
+        )
         print(f"config OK: {slots}")
         return None
     try:
@@ -96,6 +100,7 @@ def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:
 def _batches(loader: Loader, limit: int | None, epochs: int) -> Any:
     if limit is None:
         return itertools.chain.from_iterable(loader for _ in range(epochs))
+
     # Keep drawing epochs until `limit` batches; an empty epoch ends the run instead of spinning.
     def endless() -> Any:
         while True:

@@ -32,7 +32,10 @@ def to_plain(config: Any) -> Any:
             return OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
         except MissingMandatoryValue as err:
             raise ConfigError(
-                ConfigProblem(_key(err), "is '???' (mandatory) and was never set; set it in the YAML or on the command line")
+                ConfigProblem(
+                    _key(err),
+                    "is '???' (mandatory) and was never set; set it in the YAML or on the command line",
+                )
             ) from err
         except InterpolationResolutionError as err:
             raise ConfigError(ConfigProblem(_key(err), f"interpolation failed: {err.msg}")) from err

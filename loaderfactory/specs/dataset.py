@@ -10,8 +10,9 @@ from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, field_val
 from loaderfactory.specs.base import Seed, Spec
 from loaderfactory.specs.refs import TransformRef
 
-DTYPES = ("bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64")
-DType = Literal["bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"]
+DType = Literal[
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"
+]
 
 
 class FieldSpec(Spec):

@@ -40,8 +40,11 @@ class TorchLoaderSpec(Spec):
             "multiprocessing_context": self.multiprocessing_context is not None,
         }
         problems = [
-            (name, f"needs worker processes, but num_workers is 0; set num_workers >= 1 or drop {name}",
-             getattr(self, name))
+            (
+                name,
+                f"needs worker processes, but num_workers is 0; set num_workers >= 1 or drop {name}",
+                getattr(self, name),
+            )
             for name, is_set in given.items()
             if is_set
         ]

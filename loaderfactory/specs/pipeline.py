@@ -39,7 +39,7 @@ class LoaderSpec(Spec):
 
     dataset: DatasetRef | None = None
     queue: QueueRef | None = None
-    loader: LoaderRef = Field(default_factory=TorchLoaderSpec)
+    loader: LoaderRef = Field(default_factory=lambda: TorchLoaderSpec())
     stream: StreamRef | None = None
     prefetch: PrefetchRef | None = None
     seed: Seed | None = None
