@@ -83,7 +83,12 @@ class _Pass(Generic[T]):
         try:
             item = self._channel.get(self._owner.timeout)
         except TimeoutError:
-            self.close()
+            # The producer is stuck inside its source: joining it would turn a stall deadline
+            # into a hang. Close the channel so it exits when the source returns, and raise now.
+            self._done = True
+            self._echoes = []
+            self._finalizer.detach()
+            self._channel.close()
             raise StallError(
                 f"{self._owner.name}: no batch from its source for {self._owner.timeout} s "
                 "(timeout); the source is stuck or too slow: raise the timeout or check the source"

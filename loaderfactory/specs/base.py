@@ -57,7 +57,9 @@ def broken_rules(title: str, problems: list[tuple[str, str, Any]]) -> Validation
 class Spec(BaseModel):
     """Base of every spec: strict (unknown keys are errors), frozen, and alias-aware."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -22,8 +22,11 @@ class FieldSpec(Spec):
     """
 
     shape: list[PositiveInt] = []
+    """Tensor shape of one item; [] for a scalar."""
     dtype: DType = "float32"
+    """torch dtype name."""
     high: PositiveInt = 10
+    """Integer fields are uniform in [0, high)."""
 
 
 def _default_fields() -> dict[str, FieldSpec]:
@@ -41,9 +44,13 @@ class SyntheticDatasetSpec(Spec):
 
     kind: Literal["synthetic"] = "synthetic"
     length: PositiveInt = 1024
+    """Number of items."""
     fields: dict[str, FieldSpec] = Field(default_factory=_default_fields, min_length=1)
+    """Key → {shape, dtype, high}; every item also carries its `index`."""
     seed: Seed = 0
+    """Items are a pure function of (seed, index)."""
     delay_ms: NonNegativeFloat = 0.0
+    """Sleep per item, standing in for slow storage."""
 
 
 class TensorFolderSpec(Spec):
@@ -51,9 +58,13 @@ class TensorFolderSpec(Spec):
 
     kind: Literal["tensor_folder"] = "tensor_folder"
     root: str
+    """The folder holding the .pt files."""
     pattern: str = "*.pt"
+    """Glob selecting the files, relative to root."""
     recursive: bool = False
+    """Also search subfolders."""
     preprocess: TransformRef | None = None
+    """Transform applied to each item as it is loaded."""
 
 
 class TargetDatasetSpec(Spec):
@@ -62,6 +73,7 @@ class TargetDatasetSpec(Spec):
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
     target: str = Field(alias="_target_")
+    """Dotted path of the dataset class or factory; other keys are its arguments."""
 
     @field_validator("target")
     @classmethod

@@ -18,16 +18,27 @@ class TorchLoaderSpec(Spec):
 
     kind: Literal["torch"] = "torch"
     batch_size: BatchSize = Field(32, validation_alias=alias("batch_size", "bs"))
+    """Items per batch."""
     shuffle: bool = False
+    """Reshuffle every epoch (seeded by `seed`)."""
     drop_last: bool = False
+    """Drop the last incomplete batch."""
     num_workers: NonNegativeInt = 0
+    """Worker processes; 0 loads in the main process."""
     prefetch_factor: PositiveInt | None = None
+    """Batches each worker loads ahead; needs workers."""
     persistent_workers: bool = False
+    """Keep workers alive across epochs; needs workers."""
     pin_memory: bool = False
+    """Pin batches for fast transfer; a no-op without an accelerator."""
     timeout: Timeout = None
+    """Seconds to wait for a worker batch; needs workers."""
     collate: CollateRef | None = None
+    """Collate function; null is torch's default_collate."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
+    """Start method of the workers; needs workers."""
     seed: Seed | None = None
+    """Shuffle seed; null falls back to the root `seed`."""
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:

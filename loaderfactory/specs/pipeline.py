@@ -18,15 +18,19 @@ class RunSpec(Spec):
     """What the ``loaderfactory`` command does with the loader it built."""
 
     mode: Literal["run", "validate", "schema"] = "run"
-    """``validate`` checks the config and exits; ``schema`` prints the configs' JSON Schema."""
+    """`run` draws batches and reports; `validate` checks the config and exits; `schema` prints the JSON Schema."""
     batches: PositiveInt | None = None
-    """Batches to draw; ``None`` runs ``epochs`` full epochs."""
+    """Batches to draw, across epochs; null runs `epochs` full epochs."""
     epochs: PositiveInt = 1
+    """Full epochs to run when ``batches`` is null."""
     step_ms: NonNegativeFloat = 0.0
     """A simulated training step: the consumer sleeps this long per batch."""
     progress: bool = True
+    """Show a tqdm progress bar on stderr."""
     report: str = "report.json"
+    """File name of the JSON report, in Hydra's output directory."""
     plots: bool = True
+    """Save PNG plots (consumer-wait histogram, and what components draw) beside the report."""
 
 
 class LoaderSpec(Spec):
@@ -43,6 +47,7 @@ class LoaderSpec(Spec):
     stream: StreamRef | None = None
     prefetch: PrefetchRef | None = None
     seed: Seed | None = None
+    """Seeds every component that takes a seed and has none of its own."""
     run: RunSpec = Field(default_factory=RunSpec)
 
     def slot(self, name: str) -> Any:

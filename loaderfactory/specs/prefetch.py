@@ -18,6 +18,10 @@ class ThreadBufferSpec(Spec):
 
     kind: Literal["thread"] = "thread"
     buffer_size: BufferSize = 1
+    """Batches fetched ahead of the consumer."""
     timeout: Timeout = Field(None, validation_alias=alias("timeout", "buffer_timeout"))
+    """Stall deadline in seconds for the next batch; null waits forever."""
     repeats: Repeats = 1
+    """Yield each batch this many times (data echoing)."""
     copy_echoes: bool = True
+    """Echoes are copies, so in-place edits never leak between them."""

@@ -41,6 +41,16 @@ def spec_class_for(table: registry.Table, value: dict[str, Any]) -> type[Spec]:
         raise _fail(table, ("kind",), RULE, message, kind) from None
 
 
+class KindOf:
+    """Marks a field whose spec is chosen by ``kind`` from registry table ``table``."""
+
+    def __init__(self, table: registry.Table) -> None:
+        self.table = table
+
+    def __repr__(self) -> str:
+        return f"KindOf({self.table!r})"
+
+
 def dispatch_on_kind(table: registry.Table) -> WrapValidator:
     """A validator that validates a mapping with the spec class registered for its ``kind``."""
 
@@ -58,12 +68,12 @@ def dispatch_on_kind(table: registry.Table) -> WrapValidator:
     return WrapValidator(validate)
 
 
-DatasetRef = Annotated[Any, dispatch_on_kind("dataset")]
-QueueRef = Annotated[Any, dispatch_on_kind("queue")]
-LoaderRef = Annotated[Any, dispatch_on_kind("loader")]
-StreamRef = Annotated[Any, dispatch_on_kind("stream")]
-PrefetchRef = Annotated[Any, dispatch_on_kind("prefetch")]
-TransformRef = Annotated[Any, dispatch_on_kind("transform")]
+DatasetRef = Annotated[Any, dispatch_on_kind("dataset"), KindOf("dataset")]
+QueueRef = Annotated[Any, dispatch_on_kind("queue"), KindOf("queue")]
+LoaderRef = Annotated[Any, dispatch_on_kind("loader"), KindOf("loader")]
+StreamRef = Annotated[Any, dispatch_on_kind("stream"), KindOf("stream")]
+PrefetchRef = Annotated[Any, dispatch_on_kind("prefetch"), KindOf("prefetch")]
+TransformRef = Annotated[Any, dispatch_on_kind("transform"), KindOf("transform")]
 """A transform entry: ``{kind: rand_flip, apply_on: [vol], p: 0.5}``."""
-CollateRef = Annotated[Any, dispatch_on_kind("collate")]
+CollateRef = Annotated[Any, dispatch_on_kind("collate"), KindOf("collate")]
 """A collate entry: ``{kind: dict, keys: [vol, label]}``."""
