@@ -18,7 +18,7 @@ class RunSpec(Spec):
     """What the ``loaderfactory`` command does with the loader it built."""
 
     mode: Literal["run", "validate", "schema"] = "run"
-    """`run` draws batches and reports; `validate` checks the config and exits; `schema` prints the JSON Schema."""
+    """`run` draws batches and reports; `validate` checks and exits; `schema` prints the JSON Schema."""
     batches: PositiveInt | None = None
     """Batches to draw, across epochs; null runs `epochs` full epochs."""
     epochs: PositiveInt = 1
