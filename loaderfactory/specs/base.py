@@ -24,9 +24,11 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-BatchSize = PositiveInt
-BufferSize = PositiveInt
-Repeats = PositiveInt
+Count = Annotated[int, Field(ge=1)]
+"""A whole number ≥ 1 (errors read "must be ≥ 1, got 0")."""
+BatchSize = Count
+BufferSize = Count
+Repeats = Count
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 Timeout = PositiveFloat | None
 """Seconds a stage may wait for the stage before it; ``None`` waits forever."""
