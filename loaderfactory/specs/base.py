@@ -18,7 +18,6 @@ from pydantic import (
     Field,
     NonNegativeInt,
     PositiveFloat,
-    PositiveInt,
     ValidationError,
     model_validator,
 )
