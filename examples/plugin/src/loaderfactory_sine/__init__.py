@@ -24,7 +24,7 @@ class SineWavesSpec(loaderfactory.Spec):
     length: PositiveInt = 512
     samples: PositiveInt = 128
     max_hz: PositiveFloat = 8.0
-    buckets: PositiveInt = Field(4, le=64)
+    buckets: int = Field(4, ge=1, le=64)
     seed: int = 0
 
 

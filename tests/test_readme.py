@@ -1,0 +1,41 @@
+"""The README says what the code does: its reference table and its commands stay true."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from loaderfactory.reference import BEGIN, END, reference
+
+ROOT = Path(__file__).resolve().parent.parent
+README = (ROOT / "README.md").read_text()
+
+
+def test_config_reference_matches_the_specs() -> None:
+    """The README's config reference is exactly what the registered specs generate."""
+    start, end = README.index(BEGIN), README.index(END) + len(END)
+    assert README[start:end] == reference(), "regenerate it: python -m loaderfactory.reference"
+
+
+def test_every_registered_kind_is_in_the_reference() -> None:
+    """Each registered kind has a section, so a new kind cannot ship undocumented."""
+    from loaderfactory import registry
+
+    for table in registry.TABLES:
+        for kind in registry.available(table):
+            assert f"#### {table}: `{kind}`" in README
+
+
+def test_ci_runs_the_readme_test_command() -> None:
+    """`.ci/run` runs the README's test command verbatim."""
+    commands = re.findall(r"```bash\n(pip install torch==2\.13\.0 [^\n]*pytest[^\n]*)\n```", README)
+    assert len(commands) == 1
+    assert commands[0] in (ROOT / ".ci/run").read_text()
+
+
+def test_readme_install_command_pins_the_cpu_torch_first() -> None:
+    """Both README commands install torch==2.13.0 before the package (never the CUDA build)."""
+    commands = [c for c in re.findall(r"```bash\n([^\n]+)\n```", README) if "pip install" in c]
+    assert len(commands) == 2
+    for command in commands:
+        assert command.startswith("pip install torch==2.13.0 && ")
