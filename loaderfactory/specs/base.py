@@ -8,6 +8,7 @@ One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``rep
 from __future__ import annotations
 
 import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -100,12 +101,16 @@ def parse_size(text: str) -> int:
             "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
     number, unit = match.groups()
-    return int(float(number) * _UNITS[unit.lower()])
+    # Decimal, not float: "2.3KB" is 2300 bytes, where float arithmetic would give 2299.
+    return int(Decimal(number) * _UNITS[unit.lower()])
 
 
 def _ram_budget(value: Any) -> Any:
     if isinstance(value, str):
-        return parse_size(value)
+        size = parse_size(value)
+        if size < 1:
+            raise ValueError(f"a size budget must be at least 1 byte, got {value!r}")
+        return size
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"must be a fraction in (0, 1] or a size string like '2GiB', got {value!r}")
     if not 0 < value <= 1:
