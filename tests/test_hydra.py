@@ -1,0 +1,183 @@
+"""Hydra edge: packaged configs compose, every shipped preset validates, instantiate returns a Loader."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import InstantiationException
+from hydra.utils import instantiate
+from omegaconf import DictConfig, OmegaConf
+
+from loaderfactory import (
+    ConfigError,
+    Loader,
+    LoaderSpec,
+    build_loader,
+    compose,
+    config_dir,
+    registry,
+    validate,
+)
+from loaderfactory.components.datasets import SyntheticDataset
+
+CONF = config_dir()
+PRESETS = sorted(
+    (group.name, path.stem)
+    for group in CONF.iterdir()
+    if group.is_dir() and not group.name.startswith((".", "_"))
+    for path in group.glob("*.yaml")
+)
+FILL_MANDATORY: dict[str, str] = {"dataset.root": "{tmp}"}
+"""Values for ``???`` keys of presets that leave a required value to the user (``{tmp}``: a temp folder)."""
+
+SMALL = ["dataset.length=16", "loader.batch_size=4"]
+
+
+def test_config_dir_holds_the_root_config_and_slot_groups() -> None:
+    """The packaged config folder has ``config.yaml`` and a group per built-in slot."""
+    assert (CONF / "config.yaml").is_file()
+    assert {"dataset", "loader", "prefetch"} <= {p.name for p in CONF.iterdir() if p.is_dir()}
+
+
+def test_compose_gives_the_default_pipeline() -> None:
+    """The root config composes to synthetic data, a torch loader and a thread prefetch."""
+    cfg = compose()
+    assert isinstance(cfg, DictConfig)
+    assert (cfg.dataset.kind, cfg.loader.kind, cfg.prefetch.kind) == ("synthetic", "torch", "thread")
+    assert cfg.get("queue") is None and cfg.get("stream") is None
+    spec = validate(cfg)
+    assert isinstance(spec, LoaderSpec)
+
+
+def test_compose_applies_overrides_and_removals() -> None:
+    """Command-line style overrides set fields, pick presets and drop optional slots."""
+    spec = validate(
+        compose(["prefetch.buffer_size=8", "loader=torch_workers", "loader.batch_size=3", "seed=4"])
+    )
+    assert spec.prefetch.buffer_size == 8
+    assert (spec.loader.num_workers, spec.loader.batch_size, spec.seed) == (2, 3, 4)
+    assert validate(compose(["~prefetch"])).prefetch is None
+
+
+def test_compose_refuses_unknown_keys_in_struct_mode() -> None:
+    """A misspelt override is refused by Hydra at compose time, before anything is built."""
+    with pytest.raises(Exception, match="buffer_sise"):
+        compose(["prefetch.buffer_sise=3"])
+
+
+@pytest.mark.parametrize(("group", "preset"), PRESETS, ids=[f"{g}/{p}" for g, p in PRESETS])
+def test_every_shipped_preset_composes_and_validates(group: str, preset: str, tmp_path: Path) -> None:
+    """Each YAML under conf/<group>/ composes into the root config and validates (``???`` keys filled)."""
+    cfg = compose([f"{group}={preset}"])
+    missing = sorted(OmegaConf.missing_keys(cfg))
+    if missing:
+        with pytest.raises(ConfigError, match=r"is '\?\?\?' \(mandatory\)") as info:
+            validate(cfg)
+        assert info.value.paths[0] in missing
+        unknown = [key for key in missing if key not in FILL_MANDATORY]
+        assert not unknown, f"add a value for {unknown} to FILL_MANDATORY"
+        fills = [f"{key}={FILL_MANDATORY[key].format(tmp=tmp_path)}" for key in missing]
+        cfg = compose([f"{group}={preset}", *fills])
+    spec = validate(cfg)
+    assert spec.slot(group) is not None
+    kind = getattr(spec.slot(group), "kind", None)
+    assert kind in registry.available(group)  # type: ignore[arg-type]
+
+
+def _base_presets() -> list[tuple[str, Path]]:
+    """Presets that extend nothing: they must list every field of their kind's spec."""
+    found = []
+    for group, preset in PRESETS:
+        path = CONF / group / f"{preset}.yaml"
+        data = yaml.safe_load(path.read_text()) or {}
+        if "defaults" not in data and group in registry.SLOTS:
+            found.append((group, path))
+    return found
+
+
+@pytest.mark.parametrize(("group", "path"), _base_presets(), ids=lambda v: getattr(v, "name", v))
+def test_base_presets_list_every_field_with_its_default(group: str, path: Path) -> None:
+    """A base preset has every field of its spec at its default, so ``slot.field=v`` works in struct mode."""
+    data: dict[str, Any] = yaml.safe_load(path.read_text())
+    spec_cls = registry.lookup(group, data["kind"]).spec  # type: ignore[arg-type]
+    assert set(data) == set(spec_cls.model_fields), f"{path.name}: fields differ from {spec_cls.__name__}"
+    for name, field in spec_cls.model_fields.items():
+        if field.is_required():
+            assert data[name] == "???", f"{path.name}: required field {name} should be '???'"
+            continue
+        default = field.get_default(call_default_factory=True)
+        dumped = default.model_dump(mode="json") if hasattr(default, "model_dump") else default
+        if isinstance(dumped, dict):
+            dumped = {
+                k: v.model_dump(mode="json") if hasattr(v, "model_dump") else v for k, v in dumped.items()
+            }
+        assert data[name] == dumped, (
+            f"{path.name}: {name} is {data[name]!r}, the spec's default is {dumped!r}"
+        )
+
+
+def test_interpolations_resolve_before_validation() -> None:
+    """``${...}`` in overrides or YAML is resolved, so the spec holds the referenced value."""
+    spec = validate(compose(["seed=11", "dataset.seed=${seed}", "loader.batch_size=${dataset.length}"]))
+    assert spec.dataset.seed == 11
+    assert spec.loader.batch_size == spec.dataset.length
+
+
+def test_mandatory_value_fails_loudly_naming_its_path() -> None:
+    """A ``???`` left unset is a ConfigError at its dotted path, never the string '???'."""
+    cfg = compose(["dataset=tensor_folder"])
+    with pytest.raises(
+        ConfigError, match=r"^dataset\.root: is '\?\?\?' \(mandatory\) and was never set"
+    ) as info:
+        build_loader(cfg)
+    assert info.value.paths == ["dataset.root"]
+
+
+def test_instantiate_root_config_returns_a_loader() -> None:
+    """``hydra.utils.instantiate`` on the shipped root config builds a ready Loader."""
+    loader = instantiate(compose(SMALL))
+    with loader:
+        assert isinstance(loader, Loader)
+        assert list(loader.components) == ["dataset", "loader", "prefetch"]
+        assert len(list(loader)) == len(loader) == 4
+
+
+def test_instantiate_with_a_dataset_object() -> None:
+    """``instantiate(cfg, dataset=obj)`` uses the object built in code."""
+    dataset = SyntheticDataset(6)
+    with instantiate(compose(SMALL), dataset=dataset) as loader:
+        assert loader.dataset is dataset
+        assert len(list(loader)) == 2
+
+
+def test_instantiate_reports_config_errors() -> None:
+    """A bad value surfaces as our ConfigError (Hydra wraps it), naming the path."""
+    with pytest.raises(InstantiationException, match=r"prefetch\.buffer_size: must be ≥ 1, got 0") as info:
+        instantiate(compose(["prefetch.buffer_size=0"]))
+    assert isinstance(info.value.__cause__, ConfigError)
+    with pytest.raises(InstantiationException, match=r"dataset\.root: is '\?\?\?'"):
+        instantiate(compose(["dataset=tensor_folder"]))
+
+
+def test_external_app_composes_our_groups(tmp_path: Path) -> None:
+    """A user's Hydra app pulls our presets into its own tree through the search-path plugin."""
+    (tmp_path / "app.yaml").write_text(
+        "defaults:\n"
+        "  - /dataset@data.dataset: synthetic\n"
+        "  - /loader@data.loader: torch\n"
+        "  - /prefetch@data.prefetch: echo\n"
+        "  - _self_\n"
+        "data:\n"
+        "  dataset: {length: 12}\n"
+        "  loader: {batch_size: 6}\n"
+    )
+    with initialize_config_dir(config_dir=str(tmp_path), version_base="1.3"):
+        cfg = hydra_compose(config_name="app")
+    with build_loader(cfg.data) as loader:
+        assert loader["prefetch"].repeats == 2
+        assert len(list(loader)) == len(loader) == 4
