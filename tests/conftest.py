@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -21,7 +22,12 @@ def _threads() -> set[threading.Thread]:
 
 
 def _children() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True) if p.status() != psutil.STATUS_ZOMBIE}
+    alive = set()
+    for child in psutil.Process().children(recursive=True):
+        with contextlib.suppress(psutil.Error):  # it may exit between the listing and the status call
+            if child.status() != psutil.STATUS_ZOMBIE:
+                alive.add(child.pid)
+    return alive
 
 
 def _segments() -> set[str]:
@@ -50,10 +56,8 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
     if new_children:
         problems.append(f"child processes left running: {sorted(new_children)}")
         for pid in new_children:
-            try:
+            with contextlib.suppress(psutil.Error):
                 psutil.Process(pid).kill()
-            except psutil.Error:
-                pass
     if new_segments:
         problems.append(f"shared-memory segments left in /dev/shm: {sorted(new_segments)}")
     if problems:
@@ -61,5 +65,5 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "allow_leaks: skip the leak check (only for tests of the check itself)")
+    config.addinivalue_line("markers", "allow_leaks: skip the leak check (only for tests of the check)")
     config.addinivalue_line("markers", "slow: takes more than a few seconds")
