@@ -20,6 +20,10 @@ def json_schema() -> dict[str, Any]:
             definitions.update(schema.pop("$defs", {}))
             definitions[spec.__name__] = schema
             options.append({"$ref": f"#/$defs/{spec.__name__}"})
+        if not options:  # nothing registered in this table: only null is valid
+            if table in registry.SLOTS:
+                properties[table] = {"type": "null"}
+            continue
         definitions[f"{table}_kinds"] = {"oneOf": options}
         if table in registry.SLOTS:
             optional = LoaderSpec.model_fields[table].default is None

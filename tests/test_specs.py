@@ -237,6 +237,8 @@ def test_json_schema_offers_every_registered_kind() -> None:
     """The editor schema has one option per registered kind in every table, and is plain JSON."""
     schema = json.loads(json.dumps(json_schema()))
     for table in registry.TABLES:
+        if not available(table):  # an empty table allows only null
+            continue
         options = schema["$defs"][f"{table}_kinds"]["oneOf"]
         names = {ref["$ref"].rsplit("/", 1)[1] for ref in options}
         assert names == {registry.lookup(table, kind).spec.__name__ for kind in available(table)}

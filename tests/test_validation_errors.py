@@ -181,13 +181,13 @@ BAD_CONFIGS = [
     pytest.param(
         {"dataset": {"kind": "synthetic", "fields": {"x": {"shape": [2, 0]}}}},
         ["dataset.fields.x.shape.1"],
-        r"must be > 0, got 0",
+        r"must be ≥ 1, got 0",
         id="zero_dim",
     ),
     pytest.param(
         {"dataset": {"kind": "synthetic", "fields": {"y": {"dtype": "int64", "high": 0}}}},
         ["dataset.fields.y.high"],
-        r"must be > 0",
+        r"must be ≥ 1",
         id="field_high_zero",
     ),
     pytest.param(
@@ -364,7 +364,7 @@ def test_interpolations_resolve_before_validation() -> None:
 
 def test_interpolated_bad_value_is_reported_at_the_referencing_path() -> None:
     """A value that resolves to something invalid is reported where it is used."""
-    with pytest.raises(ConfigError, match="must be > 0, got 0") as info:
+    with pytest.raises(ConfigError, match="must be ≥ 1, got 0") as info:
         validate({"n": 0, "dataset": {"kind": "synthetic", "length": "${n}"}})
     assert "dataset.length" in info.value.paths
 

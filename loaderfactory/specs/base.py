@@ -24,8 +24,8 @@ from pydantic import (
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-Count = Annotated[int, Field(ge=1)]
-"""A whole number ≥ 1 (errors read "must be ≥ 1, got 0")."""
+Count = Annotated[int, Field(ge=1, strict=True)]
+"""A whole number ≥ 1 (errors read "must be ≥ 1, got 0"); ``true`` is not a count."""
 BatchSize = Count
 BufferSize = Count
 Repeats = Count

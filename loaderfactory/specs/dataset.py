@@ -5,9 +5,9 @@ from __future__ import annotations
 import importlib
 from typing import Any, Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, PositiveInt, field_validator
+from pydantic import ConfigDict, Field, NonNegativeFloat, field_validator
 
-from loaderfactory.specs.base import Seed, Spec
+from loaderfactory.specs.base import Count, Seed, Spec
 from loaderfactory.specs.refs import TransformRef
 
 DType = Literal[
@@ -21,11 +21,11 @@ class FieldSpec(Spec):
     Floats are standard normal; integers are uniform in ``[0, high)``.
     """
 
-    shape: list[PositiveInt] = []
+    shape: list[Count] = []
     """Tensor shape of one item; [] for a scalar."""
     dtype: DType = "float32"
     """torch dtype name."""
-    high: PositiveInt = 10
+    high: Count = 10
     """Integer fields are uniform in [0, high)."""
 
 
@@ -43,7 +43,7 @@ class SyntheticDatasetSpec(Spec):
     """
 
     kind: Literal["synthetic"] = "synthetic"
-    length: PositiveInt = 1024
+    length: Count = 1024
     """Number of items."""
     fields: dict[str, FieldSpec] = Field(default_factory=_default_fields, min_length=1)
     """Key → {shape, dtype, high}; every item also carries its `index`."""

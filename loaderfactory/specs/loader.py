@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeInt, PositiveInt, model_validator
+from pydantic import Field, NonNegativeInt, model_validator
 
-from loaderfactory.specs.base import BatchSize, Seed, Spec, Timeout, alias, broken_rules
+from loaderfactory.specs.base import BatchSize, Count, Seed, Spec, Timeout, alias, broken_rules
 from loaderfactory.specs.refs import CollateRef
 
 
@@ -25,7 +25,7 @@ class TorchLoaderSpec(Spec):
     """Drop the last incomplete batch."""
     num_workers: NonNegativeInt = 0
     """Worker processes; 0 loads in the main process."""
-    prefetch_factor: PositiveInt | None = None
+    prefetch_factor: Count | None = None
     """Batches each worker loads ahead; needs workers."""
     persistent_workers: bool = False
     """Keep workers alive across epochs; needs workers."""

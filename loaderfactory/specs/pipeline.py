@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveInt
+from pydantic import Field, NonNegativeFloat
 
-from loaderfactory.specs.base import Seed, Spec
+from loaderfactory.specs.base import Count, Seed, Spec
 from loaderfactory.specs.loader import TorchLoaderSpec
 from loaderfactory.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
 
@@ -19,9 +19,9 @@ class RunSpec(Spec):
 
     mode: Literal["run", "validate", "schema"] = "run"
     """`run` draws batches and reports; `validate` checks and exits; `schema` prints the JSON Schema."""
-    batches: PositiveInt | None = None
+    batches: Count | None = None
     """Batches to draw, across epochs; null runs `epochs` full epochs."""
-    epochs: PositiveInt = 1
+    epochs: Count = 1
     """Full epochs to run when ``batches`` is null."""
     step_ms: NonNegativeFloat = 0.0
     """A simulated training step: the consumer sleeps this long per batch."""
