@@ -136,17 +136,18 @@ class StreamWrapper:
         if self._source is not None:
             return next(self._source)
         assert self._channel is not None  # set by _start
-        with self._gate.allow() if not self._channel else _NULL:
-            try:
-                event = self._channel.get(self.timeout)
-            except TimeoutError:
-                self.close()
-                raise StallError(
-                    f"stream {self.name!r}: no batch for {self.timeout} s (timeout); its source is "
-                    "stuck or too slow: raise stream.timeout or check the slots before it"
-                ) from None
-            except ChannelClosed:
-                raise StopIteration from None
+        if not self._channel:
+            self._gate.grant_one()
+        try:
+            event = self._channel.get(self.timeout)
+        except TimeoutError:
+            self.close()
+            raise StallError(
+                f"stream {self.name!r}: no batch for {self.timeout} s (timeout); its source is "
+                "stuck or too slow: raise stream.timeout or check the slots before it"
+            ) from None
+        except ChannelClosed:
+            raise StopIteration from None
         if isinstance(event, BaseException):
             self.close()
             raise event
@@ -250,17 +251,6 @@ class StreamWrapper:
         from loaderfactory.components.stream_plots import plot_stream
 
         return plot_stream(self.timeline, self.name, Path(out_dir))
-
-
-class _Null:
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> None:
-        return None
-
-
-_NULL = _Null()
 
 
 class _Epoch:

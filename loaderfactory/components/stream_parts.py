@@ -103,14 +103,24 @@ def run_producer(source: Iterator[StreamEvent], channel: Channel[Any], gate: Gat
 class Gate:
     """Lets a gated producer run only while someone holds :meth:`allow`; always open otherwise.
 
-    Blocks on a condition: no sleeping, no polling. Counts holders, so nested and concurrent
-    ``allow()`` blocks work.
+    A consumer waiting on an empty buffer grants one batch with :meth:`grant_one`. Blocks on a
+    condition: no sleeping, no polling. Counts holders, so nested and concurrent ``allow()``
+    blocks work.
     """
 
     def __init__(self, gated: bool) -> None:
         self.gated = gated
         self._held = 0
+        self._credit = False
         self._condition = threading.Condition()
+
+    def grant_one(self) -> None:
+        """Let the producer pull one more batch (the consumer is waiting for it)."""
+        if not self.gated:
+            return
+        with self._condition:
+            self._credit = True
+            self._condition.notify_all()
 
     @contextmanager
     def allow(self) -> Iterator[None]:
@@ -128,8 +138,10 @@ class Gate:
         if not self.gated:
             return not channel.closed
         with self._condition:
-            while self._held == 0 and not channel.closed:
+            while self._held == 0 and not self._credit and not channel.closed:
                 self._condition.wait()
+            if self._held == 0:
+                self._credit = False
         return not channel.closed
 
     def wake(self) -> None:
