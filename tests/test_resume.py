@@ -10,8 +10,8 @@ import pytest
 
 import loaderfactory
 from loaderfactory.components.state import check_matching
-from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.components.thread_buffer import ThreadBuffer
+from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.errors import ResumeError
 from loaderfactory.loader import Loader
 
@@ -58,7 +58,7 @@ def _run_to(loader: Loader, reference: list[list[list[int]]], target: tuple[int,
 
 
 def _check_resume(config: Any, stops: list[tuple[int, int]]) -> None:
-    """Stop at each (epoch, batches) in turn, restoring into a fresh loader each time; compare with a clean run."""
+    """Stop at each (epoch, batches) in turn, restoring into a fresh loader; compare with a clean run."""
     reference = _reference(config)
     state = None
     for target in stops:
@@ -95,7 +95,9 @@ STACKS = {
         pytest.param([(1, 1), (1, 4)], id="twice-in-one-epoch"),
     ],
 )
-def test_restored_loader_yields_exactly_the_rest(workers: int, stack: str, stops: list[tuple[int, int]]) -> None:
+def test_restored_loader_yields_exactly_the_rest(
+    workers: int, stack: str, stops: list[tuple[int, int]]
+) -> None:
     """Stopped after any batch and restored into a fresh Loader, it yields exactly what a clean run would."""
     stream, prefetch = STACKS[stack]
     config = _config(workers, stream, prefetch)
@@ -197,13 +199,15 @@ def test_other_world_size_is_refused_through_the_protocol() -> None:
 def test_component_without_the_protocol_is_named() -> None:
     """A slot whose component has no state_dict() makes state_dict() fail naming the slot and type."""
     loader = Loader({"loader": iter([1, 2, 3])})
-    with pytest.raises(ResumeError, match=r"loader: a list_iterator has no state_dict\(\) or load_state_dict\(\)"):
+    with pytest.raises(
+        ResumeError, match=r"loader: a list_iterator has no state_dict\(\) or load_state_dict\(\)"
+    ):
         loader.state_dict()
 
 
 @pytest.mark.parametrize("stop", [1, 2, 3, 5])
 def test_thread_buffer_resumes_mid_echo(stop: int) -> None:
-    """A ThreadBuffer with repeats resumes inside the echoes of one item, standalone (replaying its source)."""
+    """A ThreadBuffer with repeats resumes inside the echoes of one item (standalone: replaying)."""
     reference = list(ThreadBuffer(range(4), repeats=3))
     buffer = ThreadBuffer(range(4), repeats=3)
     it = iter(buffer)
@@ -217,7 +221,8 @@ def test_thread_buffer_resumes_mid_echo(stop: int) -> None:
 
 def test_state_is_refused_when_it_is_not_a_loader_state() -> None:
     """Passing something other than Loader.state_dict() output is a clear error."""
-    with loaderfactory.build_loader(_config(0, None, None)) as loader, pytest.raises(
-        ResumeError, match="not a Loader state"
+    with (
+        loaderfactory.build_loader(_config(0, None, None)) as loader,
+        pytest.raises(ResumeError, match="not a Loader state"),
     ):
         loader.load_state_dict({"epoch": 1})

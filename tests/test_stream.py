@@ -95,9 +95,9 @@ def test_buffered_and_unbuffered_yield_the_same(epoch_size: int) -> None:
 @pytest.mark.parametrize("buffer_size", [0, 2])
 def test_empty_stream_with_fixed_epochs_is_an_error(buffer_size: int) -> None:
     """An empty stream cannot fill a fixed-size epoch: it raises instead of spinning."""
-    with StreamWrapper(list, buffer_size=buffer_size, epoch_size=3, name="empty") as stream:
-        with pytest.raises(EmptyStreamError, match="stream 'empty' is empty"):
-            list(stream)
+    stream = StreamWrapper(list, buffer_size=buffer_size, epoch_size=3, name="empty")
+    with stream, pytest.raises(EmptyStreamError, match="stream 'empty' is empty"):
+        list(stream)
 
 
 def test_empty_stream_with_one_pass_epochs_gives_empty_epochs() -> None:
@@ -120,10 +120,10 @@ def _failing() -> Iterator[int]:
 def test_producer_exception_keeps_its_type_and_traceback(buffer_size: int) -> None:
     """The stream's exception reaches the consumer after the batches before it, same type, with its frames."""
     got = []
-    with StreamWrapper(_failing, buffer_size=buffer_size) as stream:
-        with pytest.raises(_Boom, match="disk gone") as info:
-            for batch in stream:
-                got.append(batch)
+    stream = StreamWrapper(_failing, buffer_size=buffer_size)
+    with stream, pytest.raises(_Boom, match="disk gone") as info:
+        for batch in stream:
+            got.append(batch)
     assert got == [1, 2]
     frames = [entry.name for entry in info.traceback]
     assert "_failing" in frames
@@ -142,7 +142,7 @@ def test_stall_raises_a_timeout_error_naming_the_stream() -> None:
     try:
         it = iter(stream)
         assert next(it) == 1
-        with pytest.raises(StallError, match="stream 'slow': no batch for 0.2 s") as info:
+        with pytest.raises(StallError, match=r"stream 'slow': no batch for 0\.2 s") as info:
             next(it)
         assert isinstance(info.value, TimeoutError)
     finally:
