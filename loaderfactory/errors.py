@@ -55,3 +55,7 @@ class StallError(LoaderFactoryError, TimeoutError):
 
 class WorkerError(LoaderFactoryError, RuntimeError):
     """A background worker died without reporting an exception (killed by a signal, say)."""
+
+
+class ResumeError(LoaderFactoryError, ValueError):
+    """A saved state does not fit the loader it is loaded into (other config, worker count, world size)."""

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import copy
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from loaderfactory.components.batch_utils import batch_length
 from loaderfactory.components.lifecycle import close_component
+from loaderfactory.components.state import UPSTREAM
+from loaderfactory.errors import ResumeError
 from loaderfactory.stats import LoaderStats
+
+STATE_FORMAT = "loaderfactory.state/1"
 
 
 class Loader:
@@ -32,7 +38,14 @@ class Loader:
         self.spec = spec
         self.stats = LoaderStats()
         self.epoch = 0
+        self.batches_in_epoch = 0
+        self._resumed = False
         self._closed = False
+        # Stages that read ahead snapshot the slots before them after each item (see state_dict).
+        for index, component in enumerate(self._components.values()):
+            bind = getattr(component, "bind_upstream_state", None)
+            if index > 0 and callable(bind):
+                bind(_UpstreamOf(self, index - 1))
 
     @property
     def components(self) -> Mapping[str, Any]:
@@ -62,6 +75,9 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         if self._closed:
             raise RuntimeError("this Loader is closed; build a new one")
+        if not self._resumed:
+            self.batches_in_epoch = 0
+        self._resumed = False
         return self._epoch()
 
     def _epoch(self) -> Iterator[Any]:
@@ -77,8 +93,10 @@ class Loader:
                 except StopIteration:
                     break
                 stats.record(clock() - before, batch_length(batch))
+                self.batches_in_epoch += 1
                 yield batch
             self.epoch += 1
+            self.batches_in_epoch = 0
         finally:
             close = getattr(iterator, "close", None)
             if callable(close):
@@ -97,6 +115,91 @@ class Loader:
             report["components"] = parts
         return report
 
+    def state_dict(self) -> dict[str, Any]:
+        """Where the consumer stands, per slot: JSON data that :meth:`load_state_dict` resumes from.
+
+        Taken after batch k (inside the loop or after it), a freshly built ``Loader`` of the same
+        config that loads it yields exactly batches k+1, k+2, ... of an uninterrupted run, epoch
+        boundaries included, for seeded sources. Every component must implement
+        ``state_dict()``/``load_state_dict()`` (see :mod:`loaderfactory.components.state`);
+        map-style datasets hold no position and are recorded by their length.
+        """
+        slots = self._state_upto(len(self._components) - 1)
+        return copy.deepcopy(
+            {
+                "format": STATE_FORMAT,
+                "epoch": self.epoch,
+                "batches_in_epoch": self.batches_in_epoch,
+                "config": self._config(),
+                "slots": {
+                    slot: {"type": type(component).__name__, "state": slots[slot]}
+                    for slot, component in self._components.items()
+                },
+            }
+        )
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Resume from :meth:`state_dict` of a loader built from the same config; call before iterating.
+
+        Raises:
+            ResumeError: the state comes from another config, slot layout or component settings
+                (worker count, world size, ...), or is not a loader state.
+        """
+        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+            raise ResumeError(
+                f"not a Loader state (expected format {STATE_FORMAT!r}); "
+                "pass what Loader.state_dict() returned"
+            )
+        differ = _differences(state.get("config"), self._config())
+        if differ:
+            shown = "; ".join(differ[:8]) + ("; ..." if len(differ) > 8 else "")
+            raise ResumeError(
+                f"the state was saved from another config ({shown}); build the loader from the saved config"
+            )
+        saved = state["slots"]
+        if list(saved) != list(self._components):
+            raise ResumeError(
+                f"the state has slots {', '.join(saved)} but this loader has {', '.join(self._components)}"
+            )
+        for slot, component in self._components.items():
+            kind = type(component).__name__
+            if saved[slot]["type"] != kind:
+                raise ResumeError(
+                    f"{slot}: the state is of a {saved[slot]['type']}, this slot holds a {kind}"
+                )
+            _stateful(slot, component)
+        for slot, component in self._components.items():
+            if _is_map_style(component) and not hasattr(component, "load_state_dict"):
+                if saved[slot]["state"].get("length") != len(component):
+                    raise ResumeError(
+                        f"{slot}: the state was saved for {saved[slot]['state'].get('length')} items, "
+                        f"this dataset has {len(component)}"
+                    )
+                continue
+            component.load_state_dict(saved[slot]["state"])
+        self.epoch = int(state["epoch"])
+        self.batches_in_epoch = int(state["batches_in_epoch"])
+        self._resumed = True
+
+    def _state_upto(self, index: int) -> dict[str, Any]:
+        """State of the slots up to ``index`` as the consumer of that slot has seen them."""
+        if index < 0:
+            return {}
+        slot, component = list(self._components.items())[index]
+        if _is_map_style(component) and not hasattr(component, "state_dict"):
+            own: dict[str, Any] = {"length": len(component)}
+        else:
+            own = dict(_stateful(slot, component).state_dict())
+        upstream = own.pop(UPSTREAM, None)
+        if upstream is None:
+            upstream = self._state_upto(index - 1)
+        return {**upstream, slot: own}
+
+    def _config(self) -> Any:
+        if self.spec is None or not hasattr(self.spec, "model_dump"):
+            return None
+        return self.spec.model_dump(mode="json", exclude={"run"})
+
     def close(self) -> None:
         """Stop every thread and process the components own, last stage first; safe to call twice."""
         if self._closed:
@@ -114,3 +217,54 @@ class Loader:
     def __repr__(self) -> str:
         chain = " → ".join(f"{slot}={type(c).__name__}" for slot, c in self._components.items())
         return f"Loader({chain})"
+
+
+class _UpstreamOf:
+    """``state_dict`` of the slots up to ``index``; holds the loader weakly (threads call it)."""
+
+    def __init__(self, loader: Loader, index: int) -> None:
+        self._loader = weakref.ref(loader)
+        self._index = index
+
+    def __call__(self) -> dict[str, Any]:
+        loader = self._loader()
+        if loader is None:
+            return {}
+        return loader._state_upto(self._index)
+
+
+def _is_map_style(component: Any) -> bool:
+    from torch.utils.data import IterableDataset
+
+    return (
+        hasattr(component, "__getitem__")
+        and hasattr(component, "__len__")
+        and not isinstance(component, IterableDataset)
+        and not hasattr(component, "__iter__")
+    )
+
+
+def _stateful(slot: str, component: Any) -> Any:
+    if _is_map_style(component):
+        return component
+    names = ("state_dict", "load_state_dict")
+    missing = [name for name in names if not callable(getattr(component, name, None))]
+    if missing:
+        raise ResumeError(
+            f"{slot}: a {type(component).__name__} has no {' or '.join(f'{m}()' for m in missing)}, so this "
+            "loader cannot be saved or resumed; implement the protocol in loaderfactory.components.state"
+        )
+    return component
+
+
+def _differences(saved: Any, current: Any, path: str = "") -> list[str]:
+    """Dotted paths where two JSON configs differ, with both values."""
+    if isinstance(saved, dict) and isinstance(current, dict):
+        found = []
+        for key in sorted(set(saved) | set(current), key=str):
+            where = f"{path}.{key}" if path else str(key)
+            found.extend(_differences(saved.get(key), current.get(key), where))
+        return found
+    if saved != current:
+        return [f"{path or '<root>'}: saved {saved!r}, now {current!r}"]
+    return []

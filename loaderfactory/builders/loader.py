@@ -5,17 +5,18 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, IterableDataset
+from torch.utils.data import IterableDataset
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
+from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.errors import ConfigError, ConfigProblem
 from loaderfactory.specs.loader import TorchLoaderSpec
 
 
-def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildContext) -> DataLoader[Any]:
+def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildContext) -> ResumableDataLoader:
+    # A DataLoader whose sampling is a function of (seed, epoch), so a run can stop and resume.
     seed = spec.seed if spec.seed is not None else context.seed
-    generator = torch.Generator().manual_seed(seed) if seed is not None else None
     collate = build_helper("collate", spec.collate)
     if context.batched:
         # The upstream (a queue) draws whole batches itself: pass them on unbatched.
@@ -23,8 +24,8 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
             raise ConfigError(
                 ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
             )
-        return DataLoader(
-            upstream, batch_size=None, num_workers=0, collate_fn=collate, pin_memory=spec.pin_memory
+        return ResumableDataLoader(
+            upstream, batch_size=None, seed=seed, collate_fn=collate, pin_memory=spec.pin_memory
         )
     if spec.shuffle and isinstance(upstream, IterableDataset):
         raise ConfigError(
@@ -38,14 +39,14 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
             timeout=spec.timeout or 0,
             multiprocessing_context=spec.multiprocessing_context,
         )
-    return DataLoader(
+    return ResumableDataLoader(
         upstream,
         batch_size=spec.batch_size,
         shuffle=spec.shuffle,
         drop_last=spec.drop_last,
+        seed=seed,
         num_workers=spec.num_workers,
         collate_fn=collate,
         pin_memory=spec.pin_memory and torch.accelerator.is_available(),
-        generator=generator,
         **kwargs,
     )

@@ -12,13 +12,14 @@ import contextlib
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from torch.utils.data import DataLoader, Dataset
 
 from loaderfactory.components.batch_utils import clone_batch
 from loaderfactory.components.channel import Channel, ChannelClosed
+from loaderfactory.components.state import UPSTREAM, UpstreamState, check_matching, require_keys
 from loaderfactory.errors import StallError
 
 T = TypeVar("T")
@@ -28,7 +29,20 @@ _JOIN_SECONDS = 10.0
 
 
 class _End:
-    """Marks the end of the source."""
+    """Marks the end of the source; ``state`` is the upstream's state after it (when tracked)."""
+
+    def __init__(self, state: dict[str, Any] | None = None) -> None:
+        self.state = state
+
+
+class _Snapped:
+    """An item with the upstream's state right after it was pulled (for ``state_dict()``)."""
+
+    __slots__ = ("item", "state")
+
+    def __init__(self, item: Any, state: dict[str, Any]) -> None:
+        self.item = item
+        self.state = state
 
 
 class _Failure:
@@ -38,11 +52,16 @@ class _Failure:
         self.error = error
 
 
-def _produce(source: Iterator[Any], channel: Channel[Any]) -> None:
+def _produce(
+    source: Iterator[Any], channel: Channel[Any], snapshot: UpstreamState | None = None, skip: int = 0
+) -> None:
     try:
         for item in source:
-            channel.put(item)
-        channel.put(_End())
+            if skip:  # a restored buffer replaying what its consumer already had
+                skip -= 1
+                continue
+            channel.put(item if snapshot is None else _Snapped(item, snapshot()))
+        channel.put(_End(None if snapshot is None else snapshot()))
     except ChannelClosed:
         pass
     except BaseException as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
@@ -62,9 +81,11 @@ class _Pass(Generic[T]):
         self._channel: Channel[Any] = Channel(owner.buffer_size)
         self._echoes: list[Any] = []
         self._done = False
+        skip, partial = owner._begin_pass()
+        self._partial = partial
         self._thread = threading.Thread(
             target=_produce,
-            args=(iter(owner.src), self._channel),
+            args=(iter(owner.src), self._channel, owner._upstream_state, skip),
             name=f"loaderfactory-{owner.name}",
             daemon=True,
         )
@@ -76,7 +97,13 @@ class _Pass(Generic[T]):
         return self
 
     def __next__(self) -> T:
+        owner = self._owner
         if self._echoes:
+            owner._consumed += 1
+            if len(self._echoes) == 1:
+                owner._echoes_done = 0
+            else:
+                owner._echoes_done += 1
             return self._echoes.pop()  # type: ignore[no-any-return]  # echoes are items of the source
         if self._done:
             raise StopIteration
@@ -97,17 +124,25 @@ class _Pass(Generic[T]):
             raise StopIteration from None
         if isinstance(item, _End):
             self.close()
+            owner._finish_pass(item.state)
             raise StopIteration
         if isinstance(item, _Failure):
             self.close()
             raise item.error
-        repeats = self._owner.repeats
+        if isinstance(item, _Snapped):
+            owner._state_before, owner._state_after = owner._state_after, item.state
+            item = item.item
+        owner._consumed += 1
+        repeats = owner.repeats - self._partial
+        self._partial = 0
         if repeats > 1:
             # Yield copies first and the original last: an in-place edit of one echo never
             # reaches the next. Stored reversed because pop() takes from the end.
-            copy = clone_batch if self._owner.copy_echoes else _same
+            copy = clone_batch if owner.copy_echoes else _same
             self._echoes = [item] + [copy(item) for _ in range(repeats - 1)]
+            owner._echoes_done = owner.repeats - repeats + 1
             return self._echoes.pop()  # type: ignore[no-any-return]  # echoes are items of the source
+        owner._echoes_done = 0
         return item  # type: ignore[no-any-return]  # items of the source
 
     def close(self) -> None:
@@ -181,6 +216,14 @@ class ThreadBuffer(Generic[T]):
         # A weak reference: a pass abandoned by an early ``break`` is collected at once, and
         # collecting it stops its thread.
         self._pass: weakref.ref[_Pass[T]] | None = None
+        # Resume (see loaderfactory.components.state): what the consumer got in the current pass,
+        # and the upstream's state before and after the source item it got last.
+        self._upstream_state: UpstreamState | None = None
+        self._consumed = 0
+        self._echoes_done = 0
+        self._state_before: dict[str, Any] | None = None
+        self._state_after: dict[str, Any] | None = None
+        self._pending: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[T]:
         self.close()
@@ -197,6 +240,53 @@ class ThreadBuffer(Generic[T]):
         if current is not None:
             current.close()
         self._pass = None
+
+    def bind_upstream_state(self, fn: UpstreamState | None) -> None:
+        """Snapshot ``fn()`` after each item the thread pulls (a ``Loader`` binds it)."""
+        self._upstream_state = fn
+
+    def _begin_pass(self) -> tuple[int, int]:
+        """Reset the consumer's position; returns (source items to replay and drop, echoes already had)."""
+        skip = partial = 0
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            consumed, done = int(pending["consumed"]), int(pending["echoes_done"])
+            partial = done
+            if self._upstream_state is None:
+                # Standalone, nothing restored the source: replay it, dropping what was delivered.
+                skip = (consumed - done) // self.repeats
+        self._consumed = 0
+        self._echoes_done = 0
+        start = self._upstream_state() if self._upstream_state is not None else None
+        self._state_before = self._state_after = start
+        return skip, partial
+
+    def _finish_pass(self, state: dict[str, Any] | None) -> None:
+        self._consumed = 0
+        self._echoes_done = 0
+        self._state_before = self._state_after = state
+
+    def state_dict(self) -> dict[str, Any]:
+        """Items handed out in this pass (echoes included) and the upstream's state as of them."""
+        if self._pending is not None:
+            return dict(self._pending)
+        state: dict[str, Any] = {
+            "consumed": self._consumed,
+            "echoes_done": self._echoes_done,
+            "repeats": self.repeats,
+        }
+        # Mid-echo the item must be pulled again, so the upstream goes back to before it.
+        upstream = self._state_before if self._echoes_done else self._state_after
+        if upstream is not None:
+            state[UPSTREAM] = upstream
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue after the saved item (and echo) on the next ``iter()``."""
+        require_keys(self.name, state, ("consumed", "echoes_done", "repeats"))
+        check_matching(self.name, state, {"repeats": self.repeats})
+        self.close()
+        self._pending = dict(state)
 
     def __enter__(self) -> ThreadBuffer[T]:
         return self

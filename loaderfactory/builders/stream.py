@@ -1,0 +1,34 @@
+"""Builder of the ``epochs`` stream kind."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from loaderfactory.builders import BuildContext
+from loaderfactory.components.stream import StreamWrapper
+from loaderfactory.specs.stream import StreamWrapperSpec
+
+
+class _Restart:
+    """``stream_fn`` over the slot before: each call is a new pass of it; sized like it."""
+
+    def __init__(self, upstream: Any) -> None:
+        self.upstream = upstream
+
+    def __call__(self) -> Iterator[Any]:
+        return iter(self.upstream)
+
+    def __len__(self) -> int:
+        return len(self.upstream)
+
+
+def build_stream_wrapper(spec: StreamWrapperSpec, upstream: Any, context: BuildContext) -> StreamWrapper:
+    return StreamWrapper(
+        _Restart(upstream),
+        buffer_size=spec.buffer_size,
+        epoch_size=spec.epoch_size,
+        name=spec.name,
+        timeout=spec.timeout,
+        gated=spec.gated,
+    )

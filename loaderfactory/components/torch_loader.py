@@ -1,0 +1,200 @@
+"""A ``torch.utils.data.DataLoader`` that can stop after any batch and resume after it.
+
+The order of an epoch depends only on ``(seed, epoch)``, and the sampler can start at any batch,
+so a restored loader skips the batches already delivered without loading them, with or without
+worker processes (the sampler runs in the main process; workers only load the indices it hands
+out). Worker base seeds are drawn from a generator seeded by ``(seed, epoch)`` too.
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+import weakref
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+
+from loaderfactory.components.state import check_matching, require_keys
+from loaderfactory.errors import ResumeError
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
+    """A seed for ``epoch`` that differs from every other epoch's (and per ``salt``)."""
+    return (seed + (epoch + 1) * _GOLDEN + salt * 0x632BE59BD9B4E019) % 2**63
+
+
+class ResumableSampler(Sampler[Any]):
+    """Indices of ``length`` items, in batches of ``batch_size`` (single indices when ``None``).
+
+    The order of an epoch is a function of ``(seed, epoch)``; :attr:`epoch` and :attr:`start` (the
+    first batch to yield) are set by the loader before each pass.
+    """
+
+    def __init__(
+        self, length: int, batch_size: int | None, shuffle: bool, drop_last: bool, seed: int
+    ) -> None:
+        self.length = length
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.drop_last = drop_last
+        self.seed = seed
+        self.epoch = 0
+        self.start = 0
+
+    def __len__(self) -> int:
+        if self.batch_size is None:
+            return self.length
+        if self.drop_last:
+            return self.length // self.batch_size
+        return math.ceil(self.length / self.batch_size)
+
+    def order(self, epoch: int) -> list[int]:
+        if not self.shuffle:
+            return list(range(self.length))
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
+        return torch.randperm(self.length, generator=generator).tolist()
+
+    def __iter__(self) -> Iterator[Any]:
+        order = self.order(self.epoch)
+        size = self.batch_size
+        if size is None:
+            yield from order[self.start :]
+            return
+        for number in range(self.start, len(self)):
+            yield order[number * size : (number + 1) * size]
+
+
+class ResumableDataLoader(DataLoader[Any]):
+    """A ``DataLoader`` with ``state_dict()`` / ``load_state_dict()``.
+
+    Each ``iter()`` is an epoch, as with a plain ``DataLoader``; a pass left unfinished counts as
+    an epoch. The state is the epoch and the batches this loader has handed out in it, so a
+    loader restored from it yields exactly the rest of that epoch and then the next ones.
+    Shuffling without a ``seed`` draws one at random and records it in the state.
+
+    A map-style dataset is resumed by the sampler; an iterable dataset keeps its own position
+    (its slot restores it) and can only be resumed without worker processes, which would hold
+    its position out of reach.
+
+    Args:
+        dataset: map-style or iterable dataset.
+        batch_size: items per batch; ``None`` passes items through unbatched.
+        shuffle: a new permutation per epoch, from ``(seed, epoch)``.
+        drop_last: drop the last, smaller batch.
+        seed: seed of the permutations and of the workers' base seeds.
+        **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset[Any],
+        batch_size: int | None = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        seed: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.seed_given = seed is not None
+        self.seed = seed if seed is not None else secrets.randbits(63)
+        self.shuffle = shuffle
+        self.drop_batch = drop_last
+        self.map_style = not isinstance(dataset, IterableDataset)
+        self._sampler: ResumableSampler | None = None
+        generator = torch.Generator().manual_seed(epoch_seed(self.seed, 0, salt=1))
+        if self.map_style:
+            sampler = ResumableSampler(len(dataset), batch_size, shuffle, drop_last, self.seed)  # type: ignore[arg-type]  # map-style datasets are sized
+            self._sampler = sampler
+            if batch_size is None:
+                super().__init__(dataset, batch_size=None, sampler=sampler, generator=generator, **kwargs)
+            else:
+                super().__init__(dataset, batch_sampler=sampler, generator=generator, **kwargs)
+        else:
+            if shuffle:
+                raise ValueError("cannot shuffle an iterable dataset")
+            super().__init__(
+                dataset, batch_size=batch_size, drop_last=drop_last, generator=generator, **kwargs
+            )
+        self.items_per_batch = batch_size
+        self._epoch = 0
+        self._position = 0
+        self._active = False
+        self._pending: tuple[int, int] | None = None
+        self._token = 0
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
+        if self._pending is not None:
+            epoch, position = self._pending
+            self._pending = None
+        elif self._active:
+            epoch, position = self._epoch + 1, 0  # the last pass was left unfinished: a new epoch
+        else:
+            epoch, position = self._epoch, 0
+        self._epoch, self._position, self._active = epoch, position, True
+        self._token += 1
+        if self._sampler is not None:
+            self._sampler.epoch = epoch
+            self._sampler.start = position
+        self.generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, salt=1))
+        return _count(weakref.ref(self), self._token, super().__iter__())
+
+    def _delivered(self, token: int) -> None:
+        if token == self._token:
+            self._position += 1
+
+    def _finished(self, token: int) -> None:
+        if token == self._token:
+            self._epoch += 1
+            self._position = 0
+            self._active = False
+
+    def _settings(self) -> dict[str, Any]:
+        return {
+            "map_style": self.map_style,
+            "length": len(self.dataset) if self.map_style else None,  # type: ignore[arg-type]  # map-style datasets are sized
+            "batch_size": self.items_per_batch,
+            "drop_last": self.drop_batch,
+            "shuffle": self.shuffle,
+            "num_workers": self.num_workers,
+            "world_size": 1,
+        }
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epoch, batches handed out in it, seed and the settings a restored loader must share."""
+        if not self.map_style and self.num_workers > 0:
+            raise ResumeError(
+                "loader (torch): an iterable dataset read by worker processes keeps its position "
+                "inside the workers; resume needs num_workers=0 or a map-style dataset"
+            )
+        epoch, position = self._pending if self._pending is not None else (self._epoch, self._position)
+        return {"epoch": epoch, "position": position, "seed": self.seed, **self._settings()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue at the saved epoch and batch on the next ``iter()``."""
+        owner = "loader (torch)"
+        require_keys(owner, state, ("epoch", "position", "seed", "num_workers"))
+        check_matching(owner, state, self._settings())
+        if self.seed_given and state["seed"] != self.seed:
+            check_matching(owner, state, {"seed": self.seed})
+        self.seed = int(state["seed"])
+        if self._sampler is not None:
+            self._sampler.seed = self.seed
+        self._pending = (int(state["epoch"]), int(state["position"]))
+        self._active = False
+
+
+def _count(owner: weakref.ref[ResumableDataLoader], token: int, batches: Iterator[Any]) -> Iterator[Any]:
+    # Holds the loader weakly so an abandoned pass never keeps it alive.
+    for batch in batches:
+        loader = owner()
+        if loader is not None:
+            loader._delivered(token)
+        del loader
+        yield batch
+    loader = owner()
+    if loader is not None:
+        loader._finished(token)

@@ -1,0 +1,44 @@
+"""Spec of the ``epochs`` stream kind (:class:`~loaderfactory.components.stream.StreamWrapper`)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, NonNegativeInt, model_validator
+
+from loaderfactory.specs.base import Spec, Timeout, alias, broken_rules
+
+
+class StreamWrapperSpec(Spec):
+    """Cut the loader's batches into epochs of ``epoch_size`` (restarting it at its end), optionally buffered.
+
+    ``epoch_size <= 0`` keeps one pass per epoch. ``buffer_size >= 1`` produces that many batches
+    ahead on one thread (costs the thread and the batches' memory); ``timeout`` is then the stall
+    deadline, and ``gated`` lets the producer run only inside ``allow_buffering`` or while the
+    consumer waits.
+    """
+
+    kind: Literal["epochs"] = "epochs"
+    buffer_size: NonNegativeInt = Field(0, validation_alias=alias("buffer_size", "buffer"))
+    epoch_size: int = Field(-1, ge=-1, validation_alias=alias("epoch_size", "epoch_len"))
+    name: str = Field("stream", min_length=1)
+    timeout: Timeout = None
+    gated: bool = False
+
+    @model_validator(mode="after")
+    def _thread_options_need_a_buffer(self) -> StreamWrapperSpec:
+        if self.buffer_size > 0:
+            return self
+        given = {"timeout": self.timeout is not None, "gated": self.gated}
+        problems = [
+            (
+                name,
+                f"needs the producer thread, but buffer_size is 0; set buffer_size >= 1 or drop {name}",
+                getattr(self, name),
+            )
+            for name, is_set in given.items()
+            if is_set
+        ]
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self
