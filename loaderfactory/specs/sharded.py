@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
     PositiveInt,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
     field_validator,
     model_validator,
 )
+from pydantic_core import PydanticCustomError
 
-from loaderfactory.specs.base import BatchSize, Seed, Spec, Timeout, WorkersSpec, alias, broken_rules
+from loaderfactory.specs.base import RULE, BatchSize, Seed, Spec, Timeout, WorkersSpec, alias, broken_rules
 from loaderfactory.specs.dataset import resolve_target
 from loaderfactory.specs.refs import CollateRef
 
@@ -57,6 +60,21 @@ class DistributedSpec(Spec):
         return self
 
 
+def _one_distributed_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One error at the right place instead of one per union member."""
+    if isinstance(value, DistributedSpec):
+        return value
+    if isinstance(value, dict):
+        return DistributedSpec.model_validate(value)
+    if value in ("auto", "off"):
+        return value
+    raise PydanticCustomError(RULE, f"must be 'auto', 'off' or {{rank: R, world_size: W}}, got {value!r}")
+
+
+Distributed = Annotated[Literal["auto", "off"] | DistributedSpec, WrapValidator(_one_distributed_error)]
+"""``auto`` (read torch.distributed or torchrun's environment at build time), ``off``, or explicit."""
+
+
 class ShardedLoaderSpec(WorkersSpec):
     """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
 
@@ -78,7 +96,7 @@ class ShardedLoaderSpec(WorkersSpec):
     prefetch: NonNegativeInt | None = None
     num_shards: PositiveInt = 1
     seed: Seed | None = None
-    distributed: Literal["auto", "off"] | DistributedSpec = "auto"
+    distributed: Distributed = "auto"
     balance: Literal["pad", "drop", "uneven"] = "pad"
     persistent_workers: bool = False
     timeout: Timeout = None

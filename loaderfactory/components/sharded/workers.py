@@ -142,11 +142,10 @@ def _process_main(
             break
         key, step = message
         try:
-            result: Result = (key, True, make_step(dataset, collate, step))
-            payload = ForkingPickler.dumps(result)
+            # Pickling moves the batch's tensors into shared memory; only handles cross the pipe.
+            payload = ForkingPickler.dumps((key, True, make_step(dataset, collate, step)))
         except Exception as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
             payload = ForkingPickler.dumps((key, False, _pack_error(error)))
-        del result
         try:
             results.send_bytes(payload)
         except (BrokenPipeError, OSError):
@@ -224,7 +223,9 @@ class ProcessPool:
             if conn in ready:
                 try:
                     return ForkingPickler.loads(conn.recv_bytes())  # type: ignore[no-any-return]  # our own tuples
-                except EOFError:
+                except (EOFError, OSError):
+                    # EOF: the worker is gone. OSError (connection reset): it sent its batch and died
+                    # before we fetched the shared-memory handles, which only it could hand over.
                     self._processes[worker].join(1.0)
                     raise WorkerError(f"{self.name}: {_describe_exit(worker, self._processes[worker])}") from None
             if ready:
