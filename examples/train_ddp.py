@@ -23,7 +23,9 @@ import loaderfactory
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--length", type=int, default=512, help="items in the synthetic dataset")
     parser.add_argument("--batch-size", type=int, default=32)
@@ -70,7 +72,9 @@ def main(argv: list[str] | None = None) -> None:
             seen.append(indices)
             steps.append(len(indices))
             if rank == 0:
-                print(f"epoch {epoch}: {len(loader)} steps per rank, mean loss {total.item() / world_size:.4f}")
+                print(
+                    f"epoch {epoch}: {len(loader)} steps per rank, mean loss {total.item() / world_size:.4f}"
+                )
     if args.record is not None:
         args.record.mkdir(parents=True, exist_ok=True)
         record = {"rank": rank, "world_size": world_size, "epochs": seen}

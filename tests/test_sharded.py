@@ -202,9 +202,11 @@ def test_num_shards_groups_batches_and_pads_the_last_step() -> None:
 
 @pytest.mark.parametrize("balance", ["pad", "drop", "uneven"])
 def test_ranks_split_one_shuffled_epoch(balance: str) -> None:
-    """Three ranks with the same seed and epoch load disjoint parts of one shuffle, equal in steps unless uneven."""
+    """Ranks with one seed and epoch load disjoint parts of one shuffle, equal in steps unless uneven."""
     loaders = [
-        ShardedDataLoader(Items(50), batch_size=4, shuffle=True, seed=1, rank=r, world_size=3, balance=balance)  # type: ignore[arg-type]
+        ShardedDataLoader(
+            Items(50), batch_size=4, shuffle=True, seed=1, rank=r, world_size=3, balance=balance
+        )  # type: ignore[arg-type]
         for r in range(3)
     ]
     for epoch in (0, 1):
@@ -276,7 +278,9 @@ def test_prefetch_bounds_the_steps_in_flight() -> None:
                 reached.set()
             return super().__getitem__(index)
 
-    with ShardedDataLoader(Counting(), batch_size=1, num_workers=2, worker_type="thread", prefetch=2) as loader:
+    with ShardedDataLoader(
+        Counting(), batch_size=1, num_workers=2, worker_type="thread", prefetch=2
+    ) as loader:
         iterator = iter(loader)
         next(iterator)
         assert reached.wait(10)
@@ -312,7 +316,12 @@ def test_each_worker_gets_its_own_reproducible_seed(worker_type: str) -> None:
 
     def draws() -> dict[int, tuple[float, float, float]]:
         with ShardedDataLoader(
-            Random(), batch_size=1, num_workers=2, worker_type=worker_type, seed=11, collate=lambda items: items[0]
+            Random(),
+            batch_size=1,
+            num_workers=2,
+            worker_type=worker_type,
+            seed=11,
+            collate=lambda items: items[0],
         ) as loader:
             first = {}
             for item in loader:
@@ -351,7 +360,7 @@ def test_a_worker_exception_keeps_its_type_and_traceback(worker_type: str) -> No
 
 
 def test_a_killed_worker_raises_worker_error_within_seconds() -> None:
-    """SIGKILL on a worker raises WorkerError (a RuntimeError) naming its pid and signal, and no process stays."""
+    """SIGKILL on a worker raises WorkerError (a RuntimeError) naming pid and signal; no process stays."""
     loader = ShardedDataLoader(Sleepy(slow_from=8, seconds=60), batch_size=4, num_workers=2, timeout=100)
     iterator = iter(loader)
     next(iterator)
@@ -398,8 +407,14 @@ def test_early_break_and_garbage_collection_stop_the_workers() -> None:
     ("kwargs", "message"),
     [
         ({}, "batch_size must be given unless batch_sampler is"),
-        ({"batch_sampler": [[0]], "batch_size": 2, "shuffle": True}, "batch_size, shuffle must not be given with"),
-        ({"batch_sampler": [[0]], "last_batch": "rollover"}, "last_batch must not be given with batch_sampler"),
+        (
+            {"batch_sampler": [[0]], "batch_size": 2, "shuffle": True},
+            "batch_size, shuffle must not be given with",
+        ),
+        (
+            {"batch_sampler": [[0]], "last_batch": "rollover"},
+            "last_batch must not be given with batch_sampler",
+        ),
         ({"batch_size": 2, "sampler": [0, 1], "shuffle": True}, "shuffle must not be given with sampler"),
         ({"batch_size": 2, "last_batch": "roll"}, "last_batch must be one of keep, discard, rollover"),
         ({"batch_size": 2, "rank": 1}, "give rank and world_size together"),
@@ -418,25 +433,42 @@ def test_the_seeds_names_are_aliases() -> None:
     loader = ShardedDataLoader(Items(8), batch_size=4, batchify_fn=len, thread_pool=True, num_workers=1)
     assert loader.worker_type == "thread"
     assert list(loader) == [4, 4]
-    spec = ShardedLoaderSpec.model_validate({"bs": 4, "thread_pool": True, "batchify_fn": {"kind": "default"}})
+    spec = ShardedLoaderSpec.model_validate(
+        {"bs": 4, "thread_pool": True, "batchify_fn": {"kind": "default"}}
+    )
     assert (spec.batch_size, spec.worker_type, spec.collate.kind) == (4, "thread", "default")
 
 
 @pytest.mark.parametrize(
     ("overrides", "paths", "message"),
     [
-        (["loader.shuffle=true", "+loader.sampler={_target_: torch.utils.data.SequentialSampler}"],
-         ["loader.shuffle"], "must be false with a sampler"),
-        (["loader.batch_sampler={_target_: torch.utils.data.BatchSampler}", "loader.last_batch=discard"],
-         ["loader.batch_size", "loader.last_batch"], "must not be set with batch_sampler"),
+        (
+            ["loader.shuffle=true", "+loader.sampler={_target_: torch.utils.data.SequentialSampler}"],
+            ["loader.shuffle"],
+            "must be false with a sampler",
+        ),
+        (
+            ["loader.batch_sampler={_target_: torch.utils.data.BatchSampler}", "loader.last_batch=discard"],
+            ["loader.batch_size", "loader.last_batch"],
+            "must not be set with batch_sampler",
+        ),
         (["loader.batch_size=null"], ["loader.batch_size"], "required unless batch_sampler is set"),
-        (["loader.timeout=2", "loader.persistent_workers=true"], ["loader.persistent_workers", "loader.timeout"],
-         "needs workers, but num_workers is 0"),
-        (["loader.distributed={rank: 2, world_size: 2}"], ["loader.distributed.rank"], r"must be < world_size \(2\)"),
+        (
+            ["loader.timeout=2", "loader.persistent_workers=true"],
+            ["loader.persistent_workers", "loader.timeout"],
+            "needs workers, but num_workers is 0",
+        ),
+        (
+            ["loader.distributed={rank: 2, world_size: 2}"],
+            ["loader.distributed.rank"],
+            r"must be < world_size \(2\)",
+        ),
         (["loader.last_batch=rollback"], ["loader.last_batch"], "must be one of"),
     ],
 )
-def test_broken_rules_are_config_errors_at_their_field(overrides: list[str], paths: list[str], message: str) -> None:
+def test_broken_rules_are_config_errors_at_their_field(
+    overrides: list[str], paths: list[str], message: str
+) -> None:
     """The argument rules in YAML are ConfigErrors located at the field to change."""
     cfg = lf.compose(["loader=sharded", *[o.replace("+loader.sampler", "loader.sampler") for o in overrides]])
     with pytest.raises(ConfigError, match=message) as info:

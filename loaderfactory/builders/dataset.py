@@ -8,7 +8,12 @@ from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.components.datasets import SyntheticDataset, TensorFolderDataset
 from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.dataset import SyntheticDatasetSpec, TargetDatasetSpec, TensorFolderSpec, resolve_target
+from loaderfactory.specs.dataset import (
+    SyntheticDatasetSpec,
+    TargetDatasetSpec,
+    TensorFolderSpec,
+    resolve_target,
+)
 
 
 def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildContext) -> SyntheticDataset:

@@ -18,7 +18,10 @@ from loaderfactory.specs.sharded import DistributedSpec, SamplerTargetSpec, Shar
 
 
 def detect_distributed() -> tuple[int, int]:
-    """``(rank, world_size)`` of an initialised ``torch.distributed`` group, else torchrun's ``RANK``/``WORLD_SIZE``, else ``(0, 1)``."""
+    """``(rank, world_size)`` of an initialised process group, else torchrun's environment, else ``(0, 1)``.
+
+    torchrun sets ``RANK`` and ``WORLD_SIZE``; they are read here, once, when the loader is built.
+    """
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     rank, world_size = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
@@ -47,7 +50,9 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
         )
     if isinstance(upstream, IterableDataset):
         raise ConfigError(
-            ConfigProblem("loader.kind", "sharded needs a map-style dataset (indexable); this one is iterable")
+            ConfigProblem(
+                "loader.kind", "sharded needs a map-style dataset (indexable); this one is iterable"
+            )
         )
     rank, world_size = resolve_distributed(spec.distributed)
     return ShardedDataLoader(

@@ -10,11 +10,8 @@ from __future__ import annotations
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic_core import InitErrorDetails, PydanticCustomError
-
 from pydantic import (
     AliasChoices,
-    ValidationError,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -22,8 +19,10 @@ from pydantic import (
     NonNegativeInt,
     PositiveFloat,
     PositiveInt,
+    ValidationError,
     model_validator,
 )
+from pydantic_core import InitErrorDetails, PydanticCustomError
 
 BatchSize = PositiveInt
 BufferSize = PositiveInt

@@ -131,8 +131,12 @@ class ShardedLoaderSpec(WorkersSpec):
                 "num_shards": self.num_shards != 1,
             }
             problems += [
-                (name, f"must not be set with batch_sampler, which decides batches and shards itself; "
-                 f"drop {name} (or set it to its default) or drop batch_sampler", getattr(self, name))
+                (
+                    name,
+                    f"must not be set with batch_sampler, which decides batches and shards itself; "
+                    f"drop {name} (or set it to its default) or drop batch_sampler",
+                    getattr(self, name),
+                )
                 for name, is_set in given.items()
                 if is_set
             ]
@@ -148,15 +152,21 @@ class ShardedLoaderSpec(WorkersSpec):
                 "multiprocessing_context": self.multiprocessing_context is not None,
             }
             problems += [
-                (name, f"needs workers, but num_workers is 0; set num_workers >= 1 or drop {name}",
-                 getattr(self, name))
+                (
+                    name,
+                    f"needs workers, but num_workers is 0; set num_workers >= 1 or drop {name}",
+                    getattr(self, name),
+                )
                 for name, is_set in given.items()
                 if is_set
             ]
         elif self.worker_type == "thread" and self.multiprocessing_context is not None:
             problems.append(
-                ("multiprocessing_context", "applies to process workers; drop it or set worker_type: process",
-                 self.multiprocessing_context)
+                (
+                    "multiprocessing_context",
+                    "applies to process workers; drop it or set worker_type: process",
+                    self.multiprocessing_context,
+                )
             )
         if problems:
             raise broken_rules(type(self).__name__, problems)

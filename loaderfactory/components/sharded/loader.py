@@ -130,7 +130,9 @@ class ShardedDataLoader:
             raise ValueError("give rank and world_size together (or neither, for a single process)")
         rank, world_size = (0, 1) if rank is None or world_size is None else (rank, world_size)
         if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got {rank} of {world_size}")
+            raise ValueError(
+                f"rank must be in [0, world_size) and world_size >= 1, got {rank} of {world_size}"
+            )
         if seed is None:
             # Every rank must shuffle alike, and no seed can be agreed on without one: use 0 there.
             seed = 0 if world_size > 1 else int(torch.randint(0, 2**62, ()).item())
@@ -217,7 +219,9 @@ class ShardedDataLoader:
         if self.worker_type == "thread":
             pool = ThreadPool(self.dataset, self.collate, seeds, self.rank, self.prefetch + 1, self.name)
         else:
-            pool = ProcessPool(self.dataset, self.collate, seeds, self.rank, self.multiprocessing_context, self.name)
+            pool = ProcessPool(
+                self.dataset, self.collate, seeds, self.rank, self.multiprocessing_context, self.name
+            )
         self._pool = pool if self.persistent_workers else None
         return pool
 
@@ -254,10 +258,14 @@ class ShardedDataLoader:
     # -- state ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands: the epoch, steps already yielded of it, and the rollover it started with."""
+        """Where the loader stands: the epoch, steps yielded of it, and the rollover it started with."""
         current = self._current_pass()
         if current is not None:
-            return {"epoch": current.plan.epoch, "step": current.position, "carry": list(current.plan.carry_in)}
+            return {
+                "epoch": current.plan.epoch,
+                "step": current.position,
+                "carry": list(current.plan.carry_in),
+            }
         return {"epoch": self._epoch, "step": self._resume_step, "carry": list(self._carry)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -344,7 +352,9 @@ class _Pass:
             return
         limit = min(len(self.plan.steps), self.position + extra + self.owner.prefetch)
         while self._sent < limit:
-            self.pool.submit(self._sent % self.pool.num_workers, (self._id, self._sent), self.plan.steps[self._sent])
+            self.pool.submit(
+                self._sent % self.pool.num_workers, (self._id, self._sent), self.plan.steps[self._sent]
+            )
             self._sent += 1
 
     def _complete(self) -> None:

@@ -84,7 +84,9 @@ def cut_steps(
     if rest and last_batch == "keep":
         batches += [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
         missing = -len(batches) % num_shards
-        batches += [[pool[(j * batch_size + t) % len(pool)] for t in range(batch_size)] for j in range(missing)]
+        batches += [
+            [pool[(j * batch_size + t) % len(pool)] for t in range(batch_size)] for j in range(missing)
+        ]
     elif rest and last_batch == "rollover":
         rollover = rest
     if num_shards == 1:

@@ -10,6 +10,7 @@ has a deadline, so a stuck one raises :class:`~loaderfactory.errors.StallError`.
 
 from __future__ import annotations
 
+import contextlib
 import pickle
 import random
 import signal
@@ -21,12 +22,12 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
+from multiprocessing.reduction import ForkingPickler
 from typing import Any
 
 import numpy as np
 import torch
 import torch.multiprocessing as torch_mp  # registers torch's shared-memory reductions with ForkingPickler
-from multiprocessing.reduction import ForkingPickler
 
 from loaderfactory.components.channel import Channel, ChannelClosed
 from loaderfactory.components.sharded.sampling import Step
@@ -189,7 +190,7 @@ class ProcessPool:
             task_out, task_in = ctx.Pipe(duplex=False)
             result_out, result_in = ctx.Pipe(duplex=False)
             info = WorkerInfo(index, len(seeds), seed, rank, "process")
-            process = ctx.Process(
+            process = ctx.Process(  # type: ignore[attr-defined]  # every concrete context has Process
                 target=_process_main,
                 args=(info, dataset, collate, task_out, result_in),
                 name=f"{name}-worker-{index}",
@@ -213,7 +214,7 @@ class ProcessPool:
             raise WorkerError(f"{self.name}: {_describe_exit(worker, self._processes[worker])}") from None
 
     def receive(self, worker: int, timeout: float | None) -> Result:
-        """The next result of ``worker``; raises ``WorkerError`` if any worker died, ``StallError`` past ``timeout``."""
+        """The next result of ``worker``; WorkerError if any worker died, StallError past ``timeout``."""
         conn = self._results[worker]
         sentinels = [p.sentinel for p in self._processes]
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -227,7 +228,9 @@ class ProcessPool:
                     # EOF: the worker is gone. OSError (connection reset): it sent its batch and died
                     # before we fetched the shared-memory handles, which only it could hand over.
                     self._processes[worker].join(1.0)
-                    raise WorkerError(f"{self.name}: {_describe_exit(worker, self._processes[worker])}") from None
+                    raise WorkerError(
+                        f"{self.name}: {_describe_exit(worker, self._processes[worker])}"
+                    ) from None
             if ready:
                 for index, process in enumerate(self._processes):
                     if process.exitcode is not None:
@@ -248,7 +251,6 @@ class ProcessPool:
         return not self._finalizer.alive
 
 
-
 def _default_context() -> str:
     # fork shares the dataset without pickling it and starts in milliseconds; where it is missing
     # (macOS and Windows default to spawn) the dataset must be picklable.
@@ -257,10 +259,8 @@ def _default_context() -> str:
 
 def _shutdown(processes: list[Any], tasks: list[Connection], results: list[Connection]) -> None:
     for conn in tasks:
-        try:
+        with contextlib.suppress(BrokenPipeError, OSError):
             conn.send(None)
-        except (BrokenPipeError, OSError):
-            pass
     deadline = time.monotonic() + _STOP_GRACE_S
     for process in processes:
         process.join(max(0.0, deadline - time.monotonic()))
@@ -355,7 +355,9 @@ def _thread_main(
         pass
 
 
-def _stop_threads(threads: list[threading.Thread], tasks: list[Channel[Any]], results: list[Channel[Result]]) -> None:
+def _stop_threads(
+    threads: list[threading.Thread], tasks: list[Channel[Any]], results: list[Channel[Result]]
+) -> None:
     for channel in [*tasks, *results]:
         channel.close()
     current = threading.current_thread()
