@@ -281,8 +281,10 @@ class ThreadPool:
     """``num_workers`` threads sharing the dataset; exceptions reach the consumer as the same object.
 
     Costs one thread per worker and no copies. Suits datasets that release the GIL (I/O, numpy,
-    torch ops). A thread stuck inside the dataset cannot be killed: after a stall it is left to
-    finish as a daemon.
+    torch ops). Threads share the process's global generators, so they are not reseeded; each
+    thread's own seed is in :func:`get_worker_info` for datasets that make their generators from
+    it. A thread stuck inside the dataset cannot be killed: after a stall it is left to finish as
+    a daemon.
     """
 
     def __init__(
