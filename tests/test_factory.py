@@ -35,7 +35,10 @@ def test_builds_the_slots_in_pipeline_order() -> None:
         assert isinstance(loader["loader"], DataLoader) and loader["loader"].dataset is loader.dataset
         assert isinstance(loader["prefetch"], ThreadBuffer) and loader["prefetch"].src is loader["loader"]
         assert loader.output is loader["prefetch"]
-        assert repr(loader) == "Loader(dataset=SyntheticDataset → loader=ResumableDataLoader → prefetch=ThreadBuffer)"
+        assert (
+            repr(loader)
+            == "Loader(dataset=SyntheticDataset → loader=ResumableDataLoader → prefetch=ThreadBuffer)"
+        )
 
 
 def test_empty_optional_slot_is_absent() -> None:

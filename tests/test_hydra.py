@@ -100,6 +100,10 @@ def _base_presets() -> list[tuple[str, Path]]:
     return found
 
 
+PRESET_CHOICES = {("loader", "sharded.yaml"): {"batch_size"}}
+"""Fields a base preset sets on purpose: the spec leaves them open (a batch size or a batch sampler)."""
+
+
 @pytest.mark.parametrize(("group", "path"), _base_presets(), ids=lambda v: getattr(v, "name", v))
 def test_base_presets_list_every_field_with_its_default(group: str, path: Path) -> None:
     """A base preset has every field of its spec at its default, so ``slot.field=v`` works in struct mode."""
@@ -109,6 +113,8 @@ def test_base_presets_list_every_field_with_its_default(group: str, path: Path) 
     for name, field in spec_cls.model_fields.items():
         if field.is_required():
             assert data[name] == "???", f"{path.name}: required field {name} should be '???'"
+            continue
+        if name in PRESET_CHOICES.get((group, path.name), set()):
             continue
         default = field.get_default(call_default_factory=True)
         dumped = default.model_dump(mode="json") if hasattr(default, "model_dump") else default

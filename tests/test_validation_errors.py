@@ -91,7 +91,7 @@ BAD_CONFIGS = [
     pytest.param(
         cfg(loader={"batch_size": 3}),
         ["loader.kind"],
-        r"missing; choose one of: torch",
+        r"missing; choose one of: .*torch",
         id="loader_without_kind",
     ),
     pytest.param(
@@ -313,7 +313,7 @@ def test_unknown_kind_lists_known_kinds_and_closest_match() -> None:
     message = str(info.value)
     assert message.startswith("loader.kind: unknown loader kind 'torhc'.")
     assert "Did you mean 'torch'?" in message
-    assert "Known: torch" in message
+    assert "Known: " in message and "torch" in message.split("Known: ")[1]
 
 
 def test_unknown_kind_far_from_everything_has_no_guess() -> None:

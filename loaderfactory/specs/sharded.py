@@ -1,0 +1,182 @@
+"""Spec of the ``sharded`` loader kind: :class:`~loaderfactory.components.sharded.ShardedDataLoader`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from loaderfactory.specs.base import (
+    RULE,
+    BatchSize,
+    Count,
+    Seed,
+    Spec,
+    Timeout,
+    WorkersSpec,
+    alias,
+    broken_rules,
+)
+from loaderfactory.specs.dataset import resolve_target
+from loaderfactory.specs.refs import CollateRef
+
+
+class SamplerTargetSpec(Spec):
+    """A sampler or batch sampler class, the Hydra way: ``_target_: my.module.MySampler`` plus arguments.
+
+    If the class takes a ``data_source`` or ``dataset`` argument that the config leaves out, the
+    builder passes the dataset.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
+
+    target: str = Field(alias="_target_")
+
+    @field_validator("target")
+    @classmethod
+    def _importable(cls, target: str) -> str:
+        resolve_target(target)
+        return target
+
+    @property
+    def kwargs(self) -> dict[str, Any]:
+        """The arguments for the target, everything but ``_target_``."""
+        return dict(self.model_extra or {})
+
+
+class DistributedSpec(Spec):
+    """This process's place among data-parallel processes, given explicitly."""
+
+    rank: NonNegativeInt
+    world_size: Count
+
+    @model_validator(mode="after")
+    def _rank_in_range(self) -> DistributedSpec:
+        if self.rank >= self.world_size:
+            raise broken_rules(
+                type(self).__name__,
+                [("rank", f"must be < world_size ({self.world_size}), got {self.rank}", self.rank)],
+            )
+        return self
+
+
+def _one_distributed_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One error at the right place instead of one per union member."""
+    if isinstance(value, DistributedSpec):
+        return value
+    if isinstance(value, dict):
+        return DistributedSpec.model_validate(value)
+    if value in ("auto", "off"):
+        return value
+    raise PydanticCustomError(RULE, f"must be 'auto', 'off' or {{rank: R, world_size: W}}, got {value!r}")
+
+
+Distributed = Annotated[Literal["auto", "off"] | DistributedSpec, WrapValidator(_one_distributed_error)]
+"""``auto`` (read torch.distributed or torchrun's environment at build time), ``off``, or explicit."""
+
+
+class ShardedLoaderSpec(WorkersSpec):
+    """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
+
+    Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
+    worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
+    when the loader is built; ``off`` loads everything in this process; ``{rank, world_size}``
+    says it explicitly. ``balance`` gives every rank the same steps per epoch: ``pad`` (wrap
+    around), ``drop`` (skip the last few) or ``uneven`` (neither; needs ``Join`` in training).
+    """
+
+    kind: Literal["sharded"] = "sharded"
+    batch_size: BatchSize | None = Field(None, validation_alias=alias("batch_size", "bs"))
+    shuffle: bool = False
+    sampler: SamplerTargetSpec | None = None
+    last_batch: Literal["keep", "discard", "rollover"] = "keep"
+    batch_sampler: SamplerTargetSpec | None = None
+    collate: CollateRef | None = Field(None, validation_alias=alias("collate", "batchify_fn"))
+    pin_memory: bool = False
+    prefetch: NonNegativeInt | None = None
+    num_shards: Count = 1
+    seed: Seed | None = None
+    distributed: Distributed = "auto"
+    balance: Literal["pad", "drop", "uneven"] = "pad"
+    persistent_workers: bool = False
+    timeout: Timeout = None
+    multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _thread_pool_alias(cls, data: Any) -> Any:
+        """The seed's ``thread_pool: true`` means ``worker_type: thread``."""
+        if not isinstance(data, dict) or "thread_pool" not in data:
+            return data
+        data = dict(data)
+        thread_pool = data.pop("thread_pool")
+        if not isinstance(thread_pool, bool):
+            raise ValueError(f"thread_pool must be true or false, got {thread_pool!r}")
+        # worker_type's default is 'process' (and the base preset lists it), so only an explicit
+        # 'thread' contradicts thread_pool: false.
+        if data.get("worker_type") == "thread" and not thread_pool:
+            raise ValueError("worker_type: thread and thread_pool: false contradict each other; give one")
+        data["worker_type"] = "thread" if thread_pool else "process"
+        return data
+
+    @model_validator(mode="after")
+    def _rules(self) -> ShardedLoaderSpec:
+        problems: list[tuple[str, str, Any]] = []
+        if self.batch_sampler is not None:
+            given = {
+                "batch_size": self.batch_size is not None,
+                "shuffle": self.shuffle,
+                "sampler": self.sampler is not None,
+                "last_batch": self.last_batch != "keep",
+                "num_shards": self.num_shards != 1,
+            }
+            problems += [
+                (
+                    name,
+                    f"must not be set with batch_sampler, which decides batches and shards itself; "
+                    f"drop {name} (or set it to its default) or drop batch_sampler",
+                    getattr(self, name),
+                )
+                for name, is_set in given.items()
+                if is_set
+            ]
+        elif self.batch_size is None:
+            problems.append(("batch_size", "required unless batch_sampler is set", None))
+        if self.sampler is not None and self.shuffle:
+            problems.append(("shuffle", "must be false with a sampler, which decides the order itself", True))
+        if self.num_workers == 0:
+            given = {
+                "prefetch": self.prefetch is not None,
+                "persistent_workers": self.persistent_workers,
+                "timeout": self.timeout is not None,
+                "multiprocessing_context": self.multiprocessing_context is not None,
+            }
+            problems += [
+                (
+                    name,
+                    f"needs workers, but num_workers is 0; set num_workers >= 1 or drop {name}",
+                    getattr(self, name),
+                )
+                for name, is_set in given.items()
+                if is_set
+            ]
+        elif self.worker_type == "thread" and self.multiprocessing_context is not None:
+            problems.append(
+                (
+                    "multiprocessing_context",
+                    "applies to process workers; drop it or set worker_type: process",
+                    self.multiprocessing_context,
+                )
+            )
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self
