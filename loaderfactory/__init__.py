@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 from loaderfactory import builtins as _builtins  # noqa: F401 - registers the built-in kinds
+from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.stream import StreamWrapper
 from loaderfactory.components.thread_buffer import ThreadBuffer, ThreadDataLoader
-from loaderfactory.errors import ConfigError, LoaderFactoryError, StallError, WorkerError
+from loaderfactory.errors import ConfigError, LoaderFactoryError, ResumeError, StallError, WorkerError
 from loaderfactory.factory import build_loader
 from loaderfactory.hydra.compose import compose, config_dir
 from loaderfactory.loader import Loader
@@ -20,8 +22,11 @@ __all__ = [
     "Loader",
     "LoaderFactoryError",
     "LoaderSpec",
+    "ResumeError",
+    "ShardedDataLoader",
     "Spec",
     "StallError",
+    "StreamWrapper",
     "ThreadBuffer",
     "ThreadDataLoader",
     "WorkerError",
