@@ -12,8 +12,8 @@ from loaderfactory.specs.dataset import (
     SyntheticDatasetSpec,
     TargetDatasetSpec,
     TensorFolderSpec,
-    resolve_target,
 )
+from loaderfactory.specs.target import resolve_target
 
 
 def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildContext) -> SyntheticDataset:

@@ -13,8 +13,8 @@ from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.components.sharded import ShardedDataLoader
 from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.dataset import resolve_target
 from loaderfactory.specs.sharded import DistributedSpec, SamplerTargetSpec, ShardedLoaderSpec
+from loaderfactory.specs.target import resolve_target
 
 
 def detect_distributed() -> tuple[int, int]:

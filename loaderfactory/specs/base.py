@@ -56,6 +56,23 @@ def broken_rules(title: str, problems: list[tuple[str, str, Any]]) -> Validation
     return ValidationError.from_exception_data(title, details)
 
 
+def refuse_unless(enabled: bool, title: str, options: dict[str, Any], reason: str) -> None:
+    """Refuse each option in ``options`` that is set (not ``None``/``False``) when ``enabled`` is false.
+
+    ``reason`` says what the options need and how to provide it, e.g. ``"needs worker processes,
+    but num_workers is 0; set num_workers >= 1"``; each problem ends with ``or drop <option>``.
+    """
+    if enabled:
+        return
+    problems = [
+        (name, f"{reason} or drop {name}", value)
+        for name, value in options.items()
+        if value is not None and value is not False
+    ]
+    if problems:
+        raise broken_rules(title, problems)
+
+
 class Spec(BaseModel):
     """Base of every spec: strict (unknown keys are errors), frozen, and alias-aware."""
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import importlib
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import ConfigDict, Field, NonNegativeFloat, field_validator
+from pydantic import Field, NonNegativeFloat
 
 from loaderfactory.specs.base import Count, Seed, Spec
 from loaderfactory.specs.refs import TransformRef
+from loaderfactory.specs.target import TargetSpec
 
 DType = Literal[
     "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"
@@ -67,36 +67,5 @@ class TensorFolderSpec(Spec):
     """Transform applied to each item as it is loaded."""
 
 
-class TargetDatasetSpec(Spec):
+class TargetDatasetSpec(TargetSpec):
     """Any dataset class, the Hydra way: ``_target_: my.module.MyDataset`` plus its arguments."""
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-
-    target: str = Field(alias="_target_")
-    """Dotted path of the dataset class or factory; other keys are its arguments."""
-
-    @field_validator("target")
-    @classmethod
-    def _importable(cls, target: str) -> str:
-        resolve_target(target)
-        return target
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """The arguments for the target, everything but ``_target_``."""
-        return dict(self.model_extra or {})
-
-
-def resolve_target(target: str) -> Any:
-    """Import ``a.b.C``; a ``ValueError`` says what could not be found and why."""
-    module_name, _, attr = target.rpartition(".")
-    if not module_name:
-        raise ValueError(f"{target!r} is not a dotted path like 'my_package.datasets.MyDataset'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise ValueError(f"cannot import module {module_name!r} for {target!r}: {err}") from err
-    try:
-        return getattr(module, attr)
-    except AttributeError:
-        raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None

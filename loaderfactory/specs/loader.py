@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from loaderfactory.specs.base import BatchSize, Count, Seed, Spec, Timeout, alias, broken_rules
+from loaderfactory.specs.base import BatchSize, Count, Seed, Spec, Timeout, alias, refuse_unless
 from loaderfactory.specs.refs import CollateRef
 
 
@@ -42,23 +42,11 @@ class TorchLoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:
-        if self.num_workers > 0:
-            return self
-        given = {
-            "prefetch_factor": self.prefetch_factor is not None,
-            "persistent_workers": self.persistent_workers,
-            "timeout": self.timeout is not None,
-            "multiprocessing_context": self.multiprocessing_context is not None,
-        }
-        problems = [
-            (
-                name,
-                f"needs worker processes, but num_workers is 0; set num_workers >= 1 or drop {name}",
-                getattr(self, name),
-            )
-            for name, is_set in given.items()
-            if is_set
-        ]
-        if problems:
-            raise broken_rules(type(self).__name__, problems)
+        options = ("prefetch_factor", "persistent_workers", "timeout", "multiprocessing_context")
+        refuse_unless(
+            self.num_workers > 0,
+            type(self).__name__,
+            {name: getattr(self, name) for name in options},
+            "needs worker processes, but num_workers is 0; set num_workers >= 1",
+        )
         return self

@@ -5,12 +5,10 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    ConfigDict,
     Field,
     NonNegativeInt,
     ValidatorFunctionWrapHandler,
     WrapValidator,
-    field_validator,
     model_validator,
 )
 from pydantic_core import PydanticCustomError
@@ -26,31 +24,16 @@ from loaderfactory.specs.base import (
     alias,
     broken_rules,
 )
-from loaderfactory.specs.dataset import resolve_target
 from loaderfactory.specs.refs import CollateRef
+from loaderfactory.specs.target import TargetSpec
 
 
-class SamplerTargetSpec(Spec):
+class SamplerTargetSpec(TargetSpec):
     """A sampler or batch sampler class, the Hydra way: ``_target_: my.module.MySampler`` plus arguments.
 
     If the class takes a ``data_source`` or ``dataset`` argument that the config leaves out, the
     builder passes the dataset.
     """
-
-    model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
-
-    target: str = Field(alias="_target_")
-
-    @field_validator("target")
-    @classmethod
-    def _importable(cls, target: str) -> str:
-        resolve_target(target)
-        return target
-
-    @property
-    def kwargs(self) -> dict[str, Any]:
-        """The arguments for the target, everything but ``_target_``."""
-        return dict(self.model_extra or {})
 
 
 class DistributedSpec(Spec):

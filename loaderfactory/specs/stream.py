@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from loaderfactory.specs.base import Spec, Timeout, alias, broken_rules
+from loaderfactory.specs.base import Spec, Timeout, alias, refuse_unless
 
 
 class StreamWrapperSpec(Spec):
@@ -27,18 +27,10 @@ class StreamWrapperSpec(Spec):
 
     @model_validator(mode="after")
     def _thread_options_need_a_buffer(self) -> StreamWrapperSpec:
-        if self.buffer_size > 0:
-            return self
-        given = {"timeout": self.timeout is not None, "gated": self.gated}
-        problems = [
-            (
-                name,
-                f"needs the producer thread, but buffer_size is 0; set buffer_size >= 1 or drop {name}",
-                getattr(self, name),
-            )
-            for name, is_set in given.items()
-            if is_set
-        ]
-        if problems:
-            raise broken_rules(type(self).__name__, problems)
+        refuse_unless(
+            self.buffer_size > 0,
+            type(self).__name__,
+            {"timeout": self.timeout, "gated": self.gated},
+            "needs the producer thread, but buffer_size is 0; set buffer_size >= 1",
+        )
         return self
