@@ -91,8 +91,13 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
                 return ds[index]
 
         cache = SmartCacheDataset(
-            list(range(ITEMS)), transform=Load(), replace_rate=0.25, cache_num=ITEMS // 2, num_init_workers=2,
-            num_replace_workers=2, progress=False,
+            list(range(ITEMS)),
+            transform=Load(),
+            replace_rate=0.25,
+            cache_num=ITEMS // 2,
+            num_init_workers=2,
+            num_replace_workers=2,
+            progress=False,
         )
         loader = MonaiLoader(cache, batch_size=BATCH, shuffle=True, num_workers=0)
         cache.start()
@@ -109,32 +114,52 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
                         break
                 cache.update_cache()
             end = time.perf_counter()
-            result = {"steps_per_s": steps / (end - start), "steady_steps_per_s": (steps - 1) / (end - first),
-                      "first_batch_s": first - start}
+            result = {
+                "steps_per_s": steps / (end - start),
+                "steady_steps_per_s": (steps - 1) / (end - first),
+                "first_batch_s": first - start,
+            }
         finally:
             cache.shutdown()
         extra = {"budget_mb": round(ITEMS // 2 * 2 * 64**3 / 1e6, 3)}
     else:
         raise SystemExit(f"unknown row {name}")
-    return {"row": name, **result, "peak_rss_mb": peak_rss_mb(), "rss_growth_mb": peak_rss_mb() - base, **extra}
+    return {
+        "row": name,
+        **result,
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_growth_mb": peak_rss_mb() - base,
+        **extra,
+    }
 
 
 def sampling_ratio(draws: int) -> dict[str, Any]:
     from loaderfactory.components.queue_dataset import QueueDataset
 
     with QueueDataset(
-        dataset(delay_ms=0.0), epoch_size=draws, mode="onsample", num_workers=1, batch_size=BATCH,
-        capacity=ITEMS // 2, seed=0,
+        dataset(delay_ms=0.0),
+        epoch_size=draws,
+        mode="onsample",
+        num_workers=1,
+        batch_size=BATCH,
+        capacity=ITEMS // 2,
+        seed=0,
     ) as queue:
         for _ in queue:
             pass
         counts = queue.sampling_counts
-    return {"draws": draws, "max": int(counts.max()), "min": int(counts.min()),
-            "ratio": float(counts.max() / max(1, counts.min()))}
+    return {
+        "draws": draws,
+        "max": int(counts.max()),
+        "min": int(counts.min()),
+        "ratio": float(counts.max() / max(1, counts.min())),
+    }
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--budget", default="16MB", help="queue RAM budget (the dataset is 33.6 MB)")
     parser.add_argument("--draws", type=int, default=5000)
@@ -154,22 +179,34 @@ def main() -> None:
     for row in rows:
         out = subprocess.run(
             [sys.executable, __file__, "--row", row, "--steps", str(args.steps), "--budget", args.budget],
-            capture_output=True, text=True, check=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
         results.append(json.loads(out.stdout.strip().splitlines()[-1]))
     base = results[0]["steps_per_s"]
-    print(f"{ITEMS} items of 1×64³ float16, {LOAD_MS:.0f} ms load, {STEP_MS:.0f} ms step, batch {BATCH}, "
-          f"{args.steps} steps; step-bound ideal {1000 / STEP_MS:.0f} steps/s")
-    header = f"{'loader':<18}{'steps/s':>9}{'steady':>9}{'vs DL':>7}{'1st batch s':>13}{'peak RSS MB':>13}{'RSS +MB':>9}{'budget MB':>11}{'held MB':>9}"
+    print(
+        f"{ITEMS} items of 1×64³ float16, {LOAD_MS:.0f} ms load, {STEP_MS:.0f} ms step, batch {BATCH}, "
+        f"{args.steps} steps; step-bound ideal {1000 / STEP_MS:.0f} steps/s"
+    )
+    header = (
+        f"{'loader':<18}{'steps/s':>9}{'steady':>9}{'vs DL':>7}{'1st batch s':>13}"
+        f"{'peak RSS MB':>13}{'RSS +MB':>9}{'budget MB':>11}{'held MB':>9}"
+    )
     print(header)
     print("-" * len(header))
     for r in results:
-        print(f"{r['row']:<18}{r['steps_per_s']:>9.1f}{r['steady_steps_per_s']:>9.1f}{r['steps_per_s'] / base:>6.1f}×"
-              f"{r['first_batch_s']:>13.2f}{r['peak_rss_mb']:>13.0f}{r['rss_growth_mb']:>9.0f}"
-              f"{r.get('budget_mb', float('nan')):>11.1f}{r.get('peak_held_mb', float('nan')):>9.1f}")
+        print(
+            f"{r['row']:<18}{r['steps_per_s']:>9.1f}{r['steady_steps_per_s']:>9.1f}"
+            f"{r['steps_per_s'] / base:>6.1f}×"
+            f"{r['first_batch_s']:>13.2f}{r['peak_rss_mb']:>13.0f}{r['rss_growth_mb']:>9.0f}"
+            f"{r.get('budget_mb', float('nan')):>11.1f}{r.get('peak_held_mb', float('nan')):>9.1f}"
+        )
     ratio = sampling_ratio(args.draws)
-    print(f"\nonsample, capacity {ITEMS // 2}, batch {BATCH}: after {ratio['draws']} draws each item drawn "
-          f"{ratio['min']}..{ratio['max']} times, max/min = {ratio['ratio']:.2f}")
+    print(
+        f"\nonsample, capacity {ITEMS // 2}, batch {BATCH}: after {ratio['draws']} draws each item drawn "
+        f"{ratio['min']}..{ratio['max']} times, max/min = {ratio['ratio']:.2f}"
+    )
 
 
 if __name__ == "__main__":

@@ -25,7 +25,14 @@ def build(data: dict[str, Any]) -> Any:
 
 def items() -> list[dict[str, Any]]:
     return [
-        {"vol": torch.full((2, 2), float(i)), "arr": np.ones(3) * i, "n": i, "x": 0.5 * i, "name": f"s{i}", "flag": True}
+        {
+            "vol": torch.full((2, 2), float(i)),
+            "arr": np.ones(3) * i,
+            "n": i,
+            "x": 0.5 * i,
+            "name": f"s{i}",
+            "flag": True,
+        }
         for i in range(3)
     ]
 
@@ -54,14 +61,18 @@ def test_key_filter_list_and_callable() -> None:
 
 def test_key_filter_naming_a_missing_key_lists_the_item_keys() -> None:
     """A filtered key that the items lack is a KeyError naming what they have."""
-    with pytest.raises(KeyError, match=r"collate keys \['tf_tex'\] are not in the item; it has \['arr', 'flag'"):
+    with pytest.raises(
+        KeyError, match=r"collate keys \['tf_tex'\] are not in the item; it has \['arr', 'flag'"
+    ):
         DictCollate(keys=["vol", "tf_tex"])(items())
 
 
 def test_unstackable_key_warns_and_becomes_a_list() -> None:
     """Tensors of different shapes under one key become a list, with a warning naming key and shapes."""
     data = [{"vol": torch.zeros(2, 3)}, {"vol": torch.zeros(4, 3)}]
-    with pytest.warns(RuntimeWarning, match=r"cannot stack key 'vol': its tensors have shapes \[\(2, 3\), \(4, 3\)\]"):
+    with pytest.warns(
+        RuntimeWarning, match=r"cannot stack key 'vol': its tensors have shapes \[\(2, 3\), \(4, 3\)\]"
+    ):
         batch = DictCollate()(data)
     assert isinstance(batch["vol"], list)
 
@@ -69,7 +80,9 @@ def test_unstackable_key_warns_and_becomes_a_list() -> None:
 def test_unstackable_key_errors_when_configured() -> None:
     """``on_unstackable='error'`` raises a ValueError naming the key and shapes."""
     data = [{"vol": torch.zeros(2)}, {"vol": torch.zeros(3)}]
-    with pytest.raises(ValueError, match=r"cannot stack key 'vol': its tensors have shapes \[\(2,\), \(3,\)\]"):
+    with pytest.raises(
+        ValueError, match=r"cannot stack key 'vol': its tensors have shapes \[\(2,\), \(3,\)\]"
+    ):
         DictCollate(on_unstackable="error")(data)
 
 

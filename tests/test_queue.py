@@ -46,7 +46,9 @@ class Sized:
 def test_epoch_yields_epoch_size_batches_of_real_items(mode: str, worker_type: str) -> None:
     """Each mode and worker type yields ``epoch_size`` batches of stacked items equal to the dataset's."""
     ds = small()
-    with QueueDataset(ds, epoch_size=7, mode=mode, num_workers=2, worker_type=worker_type, batch_size=3, seed=1) as q:
+    with QueueDataset(
+        ds, epoch_size=7, mode=mode, num_workers=2, worker_type=worker_type, batch_size=3, seed=1
+    ) as q:
         batches = list(q)
         assert len(q) == 7 and len(batches) == 7
         for batch in batches:
@@ -68,8 +70,14 @@ def test_aliases_from_the_seed_work_in_python() -> None:
         return fn
 
     with QueueDataset(
-        small(), bs=2, q_maxlen=5, epoch_len=3, seed=0,
-        sample_tfm=count("sample"), batch_tfm=count("batch"), preprocess_fn=count("pre"),
+        small(),
+        bs=2,
+        q_maxlen=5,
+        epoch_len=3,
+        seed=0,
+        sample_tfm=count("sample"),
+        batch_tfm=count("batch"),
+        preprocess_fn=count("pre"),
     ) as q:
         assert (q.batch_size, q.capacity, len(q)) == (2, 5, 3)
         list(q)
@@ -104,8 +112,15 @@ def test_budget_holds_in_bytes_with_items_of_mixed_sizes(mode: str) -> None:
     sizes = [256 * (1 + (i * 7) % 40) for i in range(40)]  # 1..40 KiB of float32
     budget = 120_000
     with QueueDataset(
-        Sized(sizes), epoch_size=60, mode=mode, num_workers=2, ram_budget=budget, batch_size=2,
-        log_sampling=True, seed=0, collate=list,
+        Sized(sizes),
+        epoch_size=60,
+        mode=mode,
+        num_workers=2,
+        ram_budget=budget,
+        batch_size=2,
+        log_sampling=True,
+        seed=0,
+        collate=list,
     ) as q:
         list(q)
         telemetry = q.telemetry()
@@ -157,7 +172,9 @@ def test_budget_below_one_item_is_refused_before_any_worker_starts() -> None:
 def test_budget_below_the_first_measured_item_is_refused_at_the_first_draw() -> None:
     """Without a size hint, the first loaded item that exceeds the budget stops the queue with both sizes."""
     q = QueueDataset(small(), ram_budget="100B", seed=0)
-    with pytest.raises(ConfigError, match=r"item \d+ takes 0\.000 MB, more than the whole budget of 0\.000 MB"):
+    with pytest.raises(
+        ConfigError, match=r"item \d+ takes 0\.000 MB, more than the whole budget of 0\.000 MB"
+    ):
         next(iter(q))
     q.close()
 
@@ -170,7 +187,9 @@ def test_budget_above_available_memory_is_refused_with_the_figures() -> None:
 
 def test_wait_fill_true_waits_for_a_full_queue() -> None:
     """``wait_fill=True`` means a full queue before the first draw, not one item (the seed's bug)."""
-    with QueueDataset(small(32, delay_ms=2), capacity=12, wait_fill=True, mode="always", seed=0, log_sampling=True) as q:
+    with QueueDataset(
+        small(32, delay_ms=2), capacity=12, wait_fill=True, mode="always", seed=0, log_sampling=True
+    ) as q:
         next(iter(q))
         assert q.telemetry_log.fill[0] == 12
         q.close()
@@ -185,7 +204,7 @@ def test_wait_fill_int_waits_for_that_many_items() -> None:
 
 
 def test_wait_fill_timeout_raises_a_stall_error() -> None:
-    """A queue that cannot fill in ``wait_fill_timeout`` raises StallError (a TimeoutError) with the figures."""
+    """A queue that cannot fill in ``wait_fill_timeout`` raises StallError (a TimeoutError), with figures."""
     q = QueueDataset(small(32, delay_ms=50), wait_fill=True, wait_fill_timeout=0.2, seed=0)
     with pytest.raises(StallError, match=r"wait_fill timed out after 0\.2 s with \d+ items"):
         next(iter(q))
@@ -194,9 +213,13 @@ def test_wait_fill_timeout_raises_a_stall_error() -> None:
 
 def test_wait_fill_timeout_can_warn_instead() -> None:
     """With ``on_fill_timeout='warn'`` the timeout is a warning and drawing goes on."""
-    with QueueDataset(small(32, delay_ms=50), wait_fill_timeout=0.1, on_fill_timeout="warn", epoch_size=2, seed=0) as q:
-        with pytest.warns(RuntimeWarning, match="wait_fill timed out"):
-            assert len(list(q)) == 2
+    with (
+        QueueDataset(
+            small(32, delay_ms=50), wait_fill_timeout=0.1, on_fill_timeout="warn", epoch_size=2, seed=0
+        ) as q,
+        pytest.warns(RuntimeWarning, match="wait_fill timed out"),
+    ):
+        assert len(list(q)) == 2
 
 
 def test_draw_timeout_raises_a_stall_error() -> None:
@@ -224,7 +247,9 @@ def test_seeded_onsample_with_one_worker_is_reproducible() -> None:
     """Mode onsample with one worker and a seed draws the same batches every run; another seed differs."""
 
     def draws(seed: int) -> list[list[int]]:
-        with QueueDataset(small(16), epoch_size=30, capacity=6, batch_size=2, seed=seed, sample_transforms=None) as q:
+        with QueueDataset(
+            small(16), epoch_size=30, capacity=6, batch_size=2, seed=seed, sample_transforms=None
+        ) as q:
             return [b["index"].tolist() for b in q]
 
     assert draws(7) == draws(7)
@@ -234,7 +259,9 @@ def test_seeded_onsample_with_one_worker_is_reproducible() -> None:
 def test_every_item_loads_once_before_any_loads_twice() -> None:
     """Workers share each pass disjointly: the first ``len(dataset)`` loads are a permutation."""
     ds = Sized([16] * 12)
-    with QueueDataset(ds, mode="always", num_workers=3, worker_type="thread", epoch_size=40, seed=2, capacity=4) as q:
+    with QueueDataset(
+        ds, mode="always", num_workers=3, worker_type="thread", epoch_size=40, seed=2, capacity=4
+    ) as q:
         list(q)
     assert sorted(ds.loaded[:12]) == list(range(12))
     assert sorted(ds.loaded[12:24]) == list(range(12))
@@ -284,7 +311,9 @@ def test_stored_items_are_not_changed_by_sample_transforms() -> None:
     from loaderfactory.components.transforms import GaussianNoise
 
     ds = small(4)
-    with QueueDataset(ds, epoch_size=20, capacity=4, sample_transforms=GaussianNoise(std=1.0), seed=0, batch_size=4) as q:
+    with QueueDataset(
+        ds, epoch_size=20, capacity=4, sample_transforms=GaussianNoise(std=1.0), seed=0, batch_size=4
+    ) as q:
         list(q)
         run = q._run
         assert run is not None
@@ -293,7 +322,7 @@ def test_stored_items_are_not_changed_by_sample_transforms() -> None:
 
 
 def test_get_dataloader_passes_batches_through_and_refuses_batching() -> None:
-    """``get_dataloader`` yields the queue's batches unchanged; batch_size, collate and workers are refused."""
+    """``get_dataloader`` passes the queue's batches on; batch_size, collate and workers are refused."""
     with QueueDataset(small(), epoch_size=3, batch_size=2, seed=0) as q:
         loader = q.get_dataloader()
         batches = list(loader)

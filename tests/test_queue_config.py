@@ -17,20 +17,33 @@ from loaderfactory.errors import ConfigError
 from loaderfactory.specs.queue import QueueDatasetSpec
 
 ROOT = Path(__file__).resolve().parent.parent
-DATASET = {"kind": "synthetic", "length": 16, "fields": {"vol": {"shape": [1, 4, 4, 4]}, "tf_tex": {"shape": [2, 3]}}}
+DATASET = {
+    "kind": "synthetic",
+    "length": 16,
+    "fields": {"vol": {"shape": [1, 4, 4, 4]}, "tf_tex": {"shape": [2, 3]}},
+}
 
 
 def config(**queue: Any) -> dict[str, Any]:
-    return {"dataset": DATASET, "queue": {"kind": "ram", "epoch_size": 5, "batch_size": 2, **queue}, "seed": 1}
+    return {
+        "dataset": DATASET,
+        "queue": {"kind": "ram", "epoch_size": 5, "batch_size": 2, **queue},
+        "seed": 1,
+    }
 
 
 def test_seed_names_are_aliases_in_yaml() -> None:
     """bs, q_maxlen, ram_use, epoch_len, sample_tfm, batch_tfm, preprocess_fn and collate_fn validate."""
     spec = QueueDatasetSpec.model_validate(
         {
-            "bs": 4, "q_maxlen": 10, "ram_use": 0.7, "epoch_len": 50,
-            "sample_tfm": {"kind": "rand_flip"}, "batch_tfm": {"kind": "to_dtype", "dtype": "float16"},
-            "preprocess_fn": {"kind": "normalize"}, "collate_fn": {"kind": "dict", "key_filter": ["vol"]},
+            "bs": 4,
+            "q_maxlen": 10,
+            "ram_use": 0.7,
+            "epoch_len": 50,
+            "sample_tfm": {"kind": "rand_flip"},
+            "batch_tfm": {"kind": "to_dtype", "dtype": "float16"},
+            "preprocess_fn": {"kind": "normalize"},
+            "collate_fn": {"kind": "dict", "key_filter": ["vol"]},
         }
     )
     assert (spec.batch_size, spec.capacity, spec.ram_budget, spec.epoch_size) == (4, 10, 0.7, 50)
@@ -60,7 +73,7 @@ def test_cross_field_rules_point_at_the_field() -> None:
 
 def test_wait_fill_zero_is_not_false() -> None:
     """``wait_fill: 0`` is refused rather than read as false."""
-    with pytest.raises(ConfigError, match="queue.wait_fill"):
+    with pytest.raises(ConfigError, match=r"queue\.wait_fill"):
         lf.validate(config(wait_fill=0))
 
 
@@ -74,7 +87,11 @@ def test_queue_presets_compose_and_validate(preset: str) -> None:
         assert (q.mode, q.ram_budget, q.num_workers, q.batch_size, q.wait_fill) == ("always", 0.7, 4, 4, 16)
         assert q.collate.keys == ["vol", "tf_tex"]
         assert q.sample_transforms.apply_on == ["vol"]
-        assert [t.kind for t in q.sample_transforms.transforms] == ["rand_permute", "rand_flip", "gaussian_noise"]
+        assert [t.kind for t in q.sample_transforms.transforms] == [
+            "rand_permute",
+            "rand_flip",
+            "gaussian_noise",
+        ]
 
 
 def test_base_preset_lists_every_field() -> None:
@@ -87,7 +104,15 @@ def test_base_preset_lists_every_field() -> None:
 
 def test_slow_hdd_example_runs_in_a_loader() -> None:
     """The seed's slow-HDD example builds and yields batches of only ``vol`` and ``tf_tex``."""
-    cfg = lf.compose(["queue=slow_hdd", "dataset=volumes", "dataset.delay_ms=0", "queue.epoch_size=6", "queue.num_workers=2"])
+    cfg = lf.compose(
+        [
+            "queue=slow_hdd",
+            "dataset=volumes",
+            "dataset.delay_ms=0",
+            "queue.epoch_size=6",
+            "queue.num_workers=2",
+        ]
+    )
     with lf.build_loader(cfg) as loader:
         batches = list(loader)
     assert len(batches) == 6
@@ -130,7 +155,9 @@ def test_queue_needs_a_map_style_dataset() -> None:
 
 def test_telemetry_and_plots(tmp_path: Path) -> None:
     """telemetry() reports sampling ratio, fill and age; plot_telemetry writes the histogram and fill PNGs."""
-    with QueueDataset(lf.build_loader(config()).dataset, epoch_size=40, capacity=8, log_sampling=True, seed=0) as q:
+    with QueueDataset(
+        lf.build_loader(config()).dataset, epoch_size=40, capacity=8, log_sampling=True, seed=0
+    ) as q:
         list(q)
         report = q.telemetry()
         paths = q.plot_telemetry(tmp_path)
@@ -145,10 +172,21 @@ def test_cli_runs_the_seed_example_and_writes_queue_plots(tmp_path: Path) -> Non
     out = tmp_path / "run"
     result = subprocess.run(
         [
-            sys.executable, "-m", "loaderfactory", "queue=slow_hdd", "dataset=volumes", "dataset.delay_ms=1",
-            "queue.num_workers=2", "run.batches=8", "run.progress=false", f"hydra.run.dir={out}",
+            sys.executable,
+            "-m",
+            "loaderfactory",
+            "queue=slow_hdd",
+            "dataset=volumes",
+            "dataset.delay_ms=1",
+            "queue.num_workers=2",
+            "run.batches=8",
+            "run.progress=false",
+            f"hydra.run.dir={out}",
         ],
-        cwd=ROOT, capture_output=True, text=True, timeout=110,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
     )
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())

@@ -37,7 +37,9 @@ class FailsAt(SyntheticDataset):
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_worker_exception_reaches_the_consumer_with_its_type_and_item(worker_type: str) -> None:
     """A dataset error in a worker is raised at the next draw as the same type, naming the item index."""
-    q = QueueDataset(FailsAt(bad=5), epoch_size=1000, worker_type=worker_type, mode="always", wait_fill=False, seed=0)
+    q = QueueDataset(
+        FailsAt(bad=5), epoch_size=1000, worker_type=worker_type, mode="always", wait_fill=False, seed=0
+    )
     with pytest.raises(BadItemError, match="cannot read item 5") as info:
         for _ in q:
             pass
@@ -83,8 +85,13 @@ def test_unpicklable_exception_from_a_process_keeps_its_type() -> None:
 def test_killed_worker_process_is_reported_with_its_pid_within_seconds() -> None:
     """SIGKILL on a worker process ends drawing with a WorkerError naming its pid, not a stale queue."""
     q = QueueDataset(
-        SyntheticDataset(64, FIELDS, delay_ms=5), epoch_size=10**6, mode="always", num_workers=2,
-        worker_type="process", wait_fill=4, seed=0,
+        SyntheticDataset(64, FIELDS, delay_ms=5),
+        epoch_size=10**6,
+        mode="always",
+        num_workers=2,
+        worker_type="process",
+        wait_fill=4,
+        seed=0,
     )
     iterator = iter(q)
     next(iterator)
@@ -100,7 +107,13 @@ def test_killed_worker_process_is_reported_with_its_pid_within_seconds() -> None
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_early_break_stops_every_worker(worker_type: str) -> None:
     """Breaking out of an epoch stops the workers and drops the queue (the fixture checks for leftovers)."""
-    q = QueueDataset(SyntheticDataset(32, FIELDS, delay_ms=1), epoch_size=100, num_workers=2, worker_type=worker_type, seed=0)
+    q = QueueDataset(
+        SyntheticDataset(32, FIELDS, delay_ms=1),
+        epoch_size=100,
+        num_workers=2,
+        worker_type=worker_type,
+        seed=0,
+    )
     for i, _ in enumerate(q):
         if i == 3:
             break
@@ -112,7 +125,9 @@ def test_early_break_stops_every_worker(worker_type: str) -> None:
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_close_is_idempotent_and_frees_shared_memory(worker_type: str) -> None:
     """``close()`` twice is fine; no process, thread or /dev/shm segment survives it."""
-    q = QueueDataset(SyntheticDataset(32, FIELDS), num_workers=2, worker_type=worker_type, mode="always", seed=0)
+    q = QueueDataset(
+        SyntheticDataset(32, FIELDS), num_workers=2, worker_type=worker_type, mode="always", seed=0
+    )
     q.start()
     next(iter(q))
     q.close()

@@ -19,9 +19,9 @@ from loaderfactory.components.transforms import (
     ToDtype,
     call_transform,
 )
-from loaderfactory.specs.refs import TransformRef
-from loaderfactory.specs.base import Spec
 from loaderfactory.registry import available
+from loaderfactory.specs.base import Spec
+from loaderfactory.specs.refs import TransformRef
 
 
 class Holder(Spec):
@@ -43,9 +43,15 @@ def gen(seed: int = 0) -> torch.Generator:
 
 def test_every_transform_kind_is_registered() -> None:
     """The seven built-in kinds are in the transform table."""
-    assert {"compose", "rand_flip", "rand_permute", "gaussian_noise", "normalize", "random_crop", "to_dtype"} <= set(
-        available("transform")
-    )
+    assert {
+        "compose",
+        "rand_flip",
+        "rand_permute",
+        "gaussian_noise",
+        "normalize",
+        "random_crop",
+        "to_dtype",
+    } <= set(available("transform"))
 
 
 def test_rand_flip_p1_flips_every_dim_of_every_key_alike() -> None:
@@ -117,7 +123,9 @@ def test_normalize_per_channel_and_mismatch() -> None:
     x = {"img": torch.stack([torch.full((2, 2), 10.0), torch.full((2, 2), 20.0)])}
     out = Normalize(mean=[10.0, 20.0], std=[1.0, 2.0])(x)["img"]
     assert torch.allclose(out, torch.zeros(2, 2, 2), atol=1e-6)
-    with pytest.raises(ValueError, match=r"3 per-channel values but dim 0 of a tensor of shape \(2, 2, 2\) has 2"):
+    with pytest.raises(
+        ValueError, match=r"3 per-channel values but dim 0 of a tensor of shape \(2, 2, 2\) has 2"
+    ):
         Normalize(mean=[1.0, 2.0, 3.0], std=1.0)(x)
 
 
@@ -145,7 +153,10 @@ def test_to_dtype_converts_named_keys() -> None:
 
 def test_apply_on_missing_key_names_the_available_keys() -> None:
     """A key named in apply_on that is not in the item is a KeyError listing the item's keys."""
-    with pytest.raises(KeyError, match=r"apply_on keys \['seg'\] are not in the item; it has \['label', 'mask', 'name', 'vol'\]"):
+    with pytest.raises(
+        KeyError,
+        match=r"apply_on keys \['seg'\] are not in the item; it has \['label', 'mask', 'name', 'vol'\]",
+    ):
         RandFlip(apply_on=["seg"])(item())
 
 
@@ -189,7 +200,11 @@ def test_built_from_config_equals_built_in_python() -> None:
     spec = {
         "kind": "compose",
         "apply_on": ["vol"],
-        "transforms": [{"kind": "rand_permute"}, {"kind": "rand_flip", "flip_probability": 0.7}, {"kind": "gaussian_noise", "std_deviation": 0.1}],
+        "transforms": [
+            {"kind": "rand_permute"},
+            {"kind": "rand_flip", "flip_probability": 0.7},
+            {"kind": "gaussian_noise", "std_deviation": 0.1},
+        ],
     }
     from_yaml = build(spec)
     in_python = Compose([RandPermute(), RandFlip(p=0.7), GaussianNoise(std=0.1)], apply_on=["vol"])
@@ -218,8 +233,12 @@ def test_transform_specs_refuse_nonsense(data: dict[str, Any], match: str) -> No
 def test_every_spec_kind_builds() -> None:
     """Each kind builds from its minimal config into a callable that transforms an item."""
     configs = [
-        {"kind": "rand_flip"}, {"kind": "rand_permute"}, {"kind": "gaussian_noise"}, {"kind": "normalize"},
-        {"kind": "random_crop", "size": [2, 2]}, {"kind": "to_dtype", "dtype": "float64"},
+        {"kind": "rand_flip"},
+        {"kind": "rand_permute"},
+        {"kind": "gaussian_noise"},
+        {"kind": "normalize"},
+        {"kind": "random_crop", "size": [2, 2]},
+        {"kind": "to_dtype", "dtype": "float64"},
         {"kind": "compose", "transforms": [{"kind": "rand_flip"}]},
     ]
     for data in configs:

@@ -16,4 +16,6 @@ def build_default_collate(spec: DefaultCollateSpec) -> Callable[[list[Any]], Any
 
 
 def build_dict_collate(spec: DictCollateSpec) -> DictCollate:
-    return DictCollate(spec.keys, spec.stack_tensors, spec.convert_numpy, spec.convert_numbers, spec.on_unstackable)
+    return DictCollate(
+        spec.keys, spec.stack_tensors, spec.convert_numpy, spec.convert_numbers, spec.on_unstackable
+    )

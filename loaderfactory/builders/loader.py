@@ -56,10 +56,14 @@ def _refuse_batching_options(spec: TorchLoaderSpec) -> None:
     """Options that make no sense when a queue upstream already yields batches, each with its reason."""
     problems = []
     if spec.shuffle:
-        problems.append(ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false"))
+        problems.append(
+            ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
+        )
     if spec.drop_last:
         problems.append(
-            ConfigProblem("loader.drop_last", "the queue slot yields whole batches of queue.batch_size; set it to false")
+            ConfigProblem(
+                "loader.drop_last", "the queue slot yields whole batches of queue.batch_size; set it to false"
+            )
         )
     if spec.num_workers > 0:
         problems.append(

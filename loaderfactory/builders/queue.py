@@ -26,10 +26,16 @@ def build_transforms(refs: Any) -> Callable[..., Any] | None:
 
 def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext) -> QueueDataset:
     if upstream is None:
-        raise ConfigError(ConfigProblem("dataset", "the queue needs a dataset slot (or dataset= in build_loader)"))
+        raise ConfigError(
+            ConfigProblem("dataset", "the queue needs a dataset slot (or dataset= in build_loader)")
+        )
     if isinstance(upstream, IterableDataset) or not hasattr(upstream, "__getitem__"):
         raise ConfigError(
-            ConfigProblem("dataset", f"the queue loads items by index and needs a map-style dataset, got {type(upstream).__name__}")
+            ConfigProblem(
+                "dataset",
+                "the queue loads items by index and needs a map-style dataset, "
+                f"got {type(upstream).__name__}",
+            )
         )
     return QueueDataset(
         upstream,

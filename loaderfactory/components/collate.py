@@ -64,7 +64,11 @@ class DictCollate:
     def _convert(self, value: Any) -> Any:
         if self.convert_numpy and isinstance(value, np.ndarray):
             return torch.from_numpy(value)
-        if self.convert_numpy and isinstance(value, np.generic) and not isinstance(value, np.str_ | np.bytes_):
+        if (
+            self.convert_numpy
+            and isinstance(value, np.generic)
+            and not isinstance(value, np.str_ | np.bytes_)
+        ):
             return torch.as_tensor(value.item())
         if self.convert_numbers and isinstance(value, numbers.Number) and not isinstance(value, bool):
             return torch.as_tensor(value)
@@ -76,7 +80,10 @@ class DictCollate:
         for item in items:
             if not isinstance(item, Mapping):
                 raise TypeError(f"DictCollate needs dict items, got {type(item).__name__}")
-        return {key: self._merge(key, [self._convert(item[key]) for item in items]) for key in self._selected(items[0])}
+        return {
+            key: self._merge(key, [self._convert(item[key]) for item in items])
+            for key in self._selected(items[0])
+        }
 
     def _merge(self, key: str, values: list[Any]) -> Any:
         if not (self.stack_tensors and all(isinstance(v, torch.Tensor) for v in values)):

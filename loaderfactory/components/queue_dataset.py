@@ -48,22 +48,40 @@ ALIASES = {
 """torchvtk's argument names → ours."""
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12, "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def budget_bytes(ram_budget: float | int | str, available: int) -> int:
-    """A budget in bytes: a float in (0, 1] is a fraction of ``available``, an int is bytes, a string a size."""
+    """Bytes from a float in (0, 1] (fraction of ``available``), an int (bytes) or a size string."""
     if isinstance(ram_budget, str):
         match = _SIZE.match(ram_budget)
         if not match:
-            raise ConfigError(ConfigProblem("ram_budget", f"{ram_budget!r} is not a size like '512MiB' or '2GB'"))
+            raise ConfigError(
+                ConfigProblem("ram_budget", f"{ram_budget!r} is not a size like '512MiB' or '2GB'")
+            )
         return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
     if isinstance(ram_budget, bool) or not isinstance(ram_budget, int | float) or ram_budget <= 0:
-        raise ConfigError(ConfigProblem("ram_budget", f"must be a fraction in (0, 1], bytes or a size string, got {ram_budget!r}"))
+        raise ConfigError(
+            ConfigProblem(
+                "ram_budget", f"must be a fraction in (0, 1], bytes or a size string, got {ram_budget!r}"
+            )
+        )
     if isinstance(ram_budget, float):
         if ram_budget > 1:
             raise ConfigError(
-                ConfigProblem("ram_budget", f"a float is a fraction of available memory in (0, 1], got {ram_budget}")
+                ConfigProblem(
+                    "ram_budget", f"a float is a fraction of available memory in (0, 1], got {ram_budget}"
+                )
             )
         return int(ram_budget * available)
     return ram_budget
@@ -162,7 +180,9 @@ class QueueDataset(IterableDataset[Any]):
         problems = []
         dataset = kw["dataset"]
         if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
-            raise TypeError(f"QueueDataset needs a map-style dataset (len and [i]), got {type(dataset).__name__}")
+            raise TypeError(
+                f"QueueDataset needs a map-style dataset (len and [i]), got {type(dataset).__name__}"
+            )
         self.dataset = dataset
         self.length = len(dataset)
         if self.length < 1:
@@ -173,14 +193,20 @@ class QueueDataset(IterableDataset[Any]):
         if kw["mode"] not in ("onsample", "always"):
             problems.append(ConfigProblem("mode", f"must be 'onsample' or 'always', got {kw['mode']!r}"))
         if kw["worker_type"] not in ("thread", "process"):
-            problems.append(ConfigProblem("worker_type", f"must be 'thread' or 'process', got {kw['worker_type']!r}"))
+            problems.append(
+                ConfigProblem("worker_type", f"must be 'thread' or 'process', got {kw['worker_type']!r}")
+            )
         if kw["capacity"] is not None and (not isinstance(kw["capacity"], int) or kw["capacity"] < 1):
             problems.append(ConfigProblem("capacity", f"must be an int >= 1 or None, got {kw['capacity']!r}"))
         wait_fill = kw["wait_fill"]
         if not isinstance(wait_fill, bool) and (not isinstance(wait_fill, int) or wait_fill < 1):
-            problems.append(ConfigProblem("wait_fill", f"must be true, false or an int >= 1, got {wait_fill!r}"))
+            problems.append(
+                ConfigProblem("wait_fill", f"must be true, false or an int >= 1, got {wait_fill!r}")
+            )
         if kw["on_fill_timeout"] not in ("raise", "warn"):
-            problems.append(ConfigProblem("on_fill_timeout", f"must be 'raise' or 'warn', got {kw['on_fill_timeout']!r}"))
+            problems.append(
+                ConfigProblem("on_fill_timeout", f"must be 'raise' or 'warn', got {kw['on_fill_timeout']!r}")
+            )
         if problems:
             raise ConfigError(problems)
         self.epoch_size: int = kw["epoch_size"]
@@ -236,10 +262,14 @@ class QueueDataset(IterableDataset[Any]):
         if isinstance(value, torch.Tensor | Mapping | list | tuple | np.ndarray):
             size = batch_nbytes(value)
             if size <= 0:
-                raise ConfigError(ConfigProblem("avg_item_size", "the example item holds no tensors to measure"))
+                raise ConfigError(
+                    ConfigProblem("avg_item_size", "the example item holds no tensors to measure")
+                )
             return size
         if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(ConfigProblem("avg_item_size", f"must be a size in MB > 0 or an example item, got {value!r}"))
+            raise ConfigError(
+                ConfigProblem("avg_item_size", f"must be a size in MB > 0 or an example item, got {value!r}")
+            )
         return max(1, int(value * MB))
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -257,7 +287,9 @@ class QueueDataset(IterableDataset[Any]):
             else:
                 run, fresh = self._run, False
         if fresh and self.wait_fill is not False:
-            self.wait_fill_queue(None if self.wait_fill is True else int(self.wait_fill), self.wait_fill_timeout)
+            self.wait_fill_queue(
+                None if self.wait_fill is True else int(self.wait_fill), self.wait_fill_timeout
+            )
         return run
 
     def close(self) -> None:
@@ -345,7 +377,11 @@ class QueueDataset(IterableDataset[Any]):
         set batching in the queue; its workers already load in the background, and DataLoader
         workers would each copy the whole queue.
         """
-        fixed = sorted(k for k in ("batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "drop_last") if k in kwargs)
+        fixed = sorted(
+            k
+            for k in ("batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "drop_last")
+            if k in kwargs
+        )
         if fixed:
             raise TypeError(f"get_dataloader: {fixed} are set by the queue itself (batch_size, collate)")
         if kwargs.get("num_workers", 0):
@@ -384,14 +420,17 @@ class QueueDataset(IterableDataset[Any]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         counts = np.asarray(state["sampling_counts"], dtype=np.int64)
         if counts.shape != (self.length,):
-            raise ValueError(f"sampling_counts has {counts.size} entries; this dataset has {self.length} items")
+            raise ValueError(
+                f"sampling_counts has {counts.size} entries; this dataset has {self.length} items"
+            )
         self.telemetry_log.counts = counts
         self.telemetry_log.draws = int(state["draws"])
 
     def __repr__(self) -> str:
         return (
             f"QueueDataset(mode={self.mode!r}, capacity={self.capacity}, budget={megabytes(self.budget)}, "
-            f"workers={self.num_workers} {self.worker_type}, batch_size={self.batch_size}, epoch_size={self.epoch_size})"
+            f"workers={self.num_workers} {self.worker_type}, batch_size={self.batch_size}, "
+            f"epoch_size={self.epoch_size})"
         )
 
 

@@ -152,10 +152,9 @@ class QueueStore:
                     )
                 self._cond.wait(remaining)
             size = len(self._entries)
-            if size >= k:
-                positions = rng.sample(range(size), k)
-            else:
-                positions = rng.choices(range(size), k=k)
+            # Without replacement while the queue holds a whole batch (a queue smaller than a batch
+            # only happens with wait_fill below batch_size, or a budget of fewer items).
+            positions = rng.sample(range(size), k) if size >= k else rng.choices(range(size), k=k)
             drawn = [self._entries[p] for p in positions]
             held, held_bytes = size, self._bytes
             if self.mode == "onsample" and self._full_now():

@@ -73,10 +73,16 @@ class QueueTelemetry:
             report["fill_wait_s"] = round(self.fill_wait_s, 3)
         if self.fill:
             fill = np.asarray(self.fill)
-            report["fill_items"] = {"min": int(fill.min()), "mean": round(float(fill.mean()), 2), "max": int(fill.max())}
+            report["fill_items"] = {
+                "min": int(fill.min()),
+                "mean": round(float(fill.mean()), 2),
+                "max": int(fill.max()),
+            }
         if self.ages:
             ages = np.asarray(self.ages)
-            report["age_s"] = {q: round(float(np.percentile(ages, p)), 4) for q, p in (("p50", 50), ("p99", 99))}
+            report["age_s"] = {
+                q: round(float(np.percentile(ages, p)), 4) for q, p in (("p50", 50), ("p99", 99))
+            }
             report["age_s"]["max"] = round(float(ages.max()), 4)
         return report
 
@@ -92,9 +98,13 @@ class QueueTelemetry:
         out_dir.mkdir(parents=True, exist_ok=True)
         paths = []
         fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.hist(self.counts, bins=min(50, max(5, int(self.counts.max() - self.counts.min()) + 1)), color="#4477aa")
+        ax.hist(
+            self.counts, bins=min(50, max(5, int(self.counts.max() - self.counts.min()) + 1)), color="#4477aa"
+        )
         ratio = self.ratio()
-        ax.set_title(f"draws per item (max/min {ratio:.2f})" if ratio else "draws per item (some never drawn)")
+        ax.set_title(
+            f"draws per item (max/min {ratio:.2f})" if ratio else "draws per item (some never drawn)"
+        )
         ax.set_xlabel("times drawn")
         ax.set_ylabel("items")
         fig.tight_layout()

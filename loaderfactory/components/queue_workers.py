@@ -20,7 +20,7 @@ from multiprocessing.connection import Connection, wait
 from typing import Any
 
 import torch
-import torch.multiprocessing  # noqa: F401 - registers the shared-memory reductions for tensors
+import torch.multiprocessing
 
 from loaderfactory.components.batch_utils import batch_nbytes
 from loaderfactory.components.queue_store import Entry, IndexDispenser, QueueStore, StoreClosed
@@ -40,7 +40,7 @@ class RemoteTraceback(Exception):
         self.text = text
 
     def __str__(self) -> str:
-        return f"\n\"\"\"\n{self.text}\"\"\""
+        return f'\n"""\n{self.text}"""'
 
 
 def load_item(dataset: Any, index: int, preprocess: Preprocess) -> Any:
@@ -110,7 +110,7 @@ class ThreadWorker:
 def _share(item: Any) -> Any:
     """Move every tensor of ``item`` into shared memory, so the pipe carries only its handle."""
     if isinstance(item, torch.Tensor):
-        return item.share_memory_()
+        return item.share_memory_()  # type: ignore[no-untyped-call]  # torch leaves it unannotated
     if isinstance(item, dict):
         return {key: _share(value) for key, value in item.items()}
     if isinstance(item, list | tuple) and not hasattr(item, "_fields"):
@@ -144,8 +144,9 @@ def _process_main(dataset: Any, preprocess: Preprocess, conn: Connection) -> Non
 def _pack_error(error: BaseException) -> tuple[bytes | None, str, str, str]:
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     try:
-        payload: bytes | None = pickle.dumps(error)
-        pickle.loads(payload)
+        packed = pickle.dumps(error)
+        pickle.loads(packed)
+        payload: bytes | None = packed
     except Exception:  # noqa: BLE001 - an exception that does not pickle travels as its type name
         payload = None
     kind = type(error)
@@ -200,7 +201,7 @@ class ProcessWorker:
         store: QueueStore,
         context: str | None,
     ) -> None:
-        ctx = multiprocessing.get_context(context)
+        ctx: Any = multiprocessing.get_context(context)  # BaseContext's stubs lack Process
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._child_conn: Connection | None = child_conn
         self.process = ctx.Process(
@@ -249,7 +250,11 @@ class ProcessWorker:
                 return
             if message[0] == "error":
                 error = _unpack_error(*message[2:])
-                store.fail(_note(error, f"raised in queue worker process pid {process.pid} while loading item {index}"))
+                store.fail(
+                    _note(
+                        error, f"raised in queue worker process pid {process.pid} while loading item {index}"
+                    )
+                )
                 return
             _, index, item, nbytes = message
             del message
@@ -297,7 +302,9 @@ def start_workers(
     workers: list[Worker] = []
     try:
         if worker_type == "process":
-            processes = [ProcessWorker(n, dataset, preprocess, dispenser, store, context) for n in range(count)]
+            processes = [
+                ProcessWorker(n, dataset, preprocess, dispenser, store, context) for n in range(count)
+            ]
             workers.extend(processes)
             for worker in processes:
                 worker.start()

@@ -51,17 +51,23 @@ class Transform:
             return [key for key, value in item.items() if self.handles(value)]
         missing = [key for key in self.apply_on if key not in item]
         if missing:
-            raise KeyError(f"{type(self).__name__}: apply_on keys {missing} are not in the item; it has {sorted(item)}")
+            raise KeyError(
+                f"{type(self).__name__}: apply_on keys {missing} are not in the item; it has {sorted(item)}"
+            )
         for key in self.apply_on:
             if not isinstance(item[key], torch.Tensor):
-                raise TypeError(f"{type(self).__name__}: item[{key!r}] is a {type(item[key]).__name__}, not a tensor")
+                raise TypeError(
+                    f"{type(self).__name__}: item[{key!r}] is a {type(item[key]).__name__}, not a tensor"
+                )
         return list(self.apply_on)
 
     def params(self, tensors: dict[str, torch.Tensor], generator: torch.Generator | None) -> Any:
         """Random choices for this call, shared by every key."""
         return None
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         raise NotImplementedError
 
     def __call__(self, item: Mapping[str, Any], generator: torch.Generator | None = None) -> Item:
@@ -92,8 +98,14 @@ def takes_generator(fn: Callable[..., Any]) -> bool:
     except (TypeError, ValueError):
         return False
     kinds = [p.kind for p in parameters]
-    positional = [k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)]
-    return any(p.name == "generator" for p in parameters) or len(positional) >= 2 or inspect.Parameter.VAR_POSITIONAL in kinds
+    positional = [
+        k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    ]
+    return (
+        any(p.name == "generator" for p in parameters)
+        or len(positional) >= 2
+        or inspect.Parameter.VAR_POSITIONAL in kinds
+    )
 
 
 def call_transform(fn: TransformFn, item: Any, generator: torch.Generator | None) -> Any:
@@ -110,20 +122,26 @@ class Compose:
         p: probability of applying the whole chain.
     """
 
-    def __init__(self, transforms: Sequence[TransformFn], apply_on: Sequence[str] | None = None, p: float = 1.0) -> None:
+    transforms: list[TransformFn]
+    apply_on: list[str] | None
+    p: float
+
+    def __init__(
+        self, transforms: Sequence[TransformFn], apply_on: Sequence[str] | None = None, p: float = 1.0
+    ) -> None:
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"p must be in [0, 1], got {p}")
-        children = []
+        children: list[TransformFn] = []
         for child in transforms:
             if not callable(child):
                 raise TypeError(f"Compose: {child!r} is not callable")
-            if apply_on is not None and isinstance(child, Transform | Compose):
+            if apply_on is not None and isinstance(child, Transform):
                 child = copy.copy(child)
                 child.apply_on = list(apply_on)
-                if isinstance(child, Compose):
-                    child.transforms = Compose(child.transforms, apply_on).transforms
+            elif apply_on is not None and isinstance(child, Compose):
+                child = Compose(child.transforms, apply_on, child.p)
             children.append(child)
-        self.transforms: list[TransformFn] = children
+        self.transforms = children
         self.apply_on = list(apply_on) if apply_on is not None else None
         self.p = p
 
@@ -142,14 +160,18 @@ class Compose:
 def _check_dims(name: str, dims: Sequence[int]) -> list[int]:
     dims = list(dims)
     if not dims or any(d >= 0 for d in dims) or len(set(dims)) != len(dims):
-        raise ValueError(f"{name}: dims must be distinct negative dims counted from the end, e.g. [-3, -2, -1]; got {dims}")
+        raise ValueError(
+            f"{name}: dims must be distinct negative dims counted from the end, e.g. [-3, -2, -1]; got {dims}"
+        )
     return dims
 
 
 class RandFlip(Transform):
     """Flip each of ``dims`` independently with probability ``p``."""
 
-    def __init__(self, dims: Sequence[int] = (-3, -2, -1), apply_on: Sequence[str] | None = None, p: float = 0.5) -> None:
+    def __init__(
+        self, dims: Sequence[int] = (-3, -2, -1), apply_on: Sequence[str] | None = None, p: float = 0.5
+    ) -> None:
         super().__init__(apply_on, 1.0)
         if not 0.0 <= p <= 1.0:
             raise ValueError(f"p must be in [0, 1], got {p}")
@@ -163,14 +185,18 @@ class RandFlip(Transform):
         draws = torch.rand(len(self.dims), generator=generator)
         return [d for d, u in zip(self.dims, draws.tolist(), strict=True) if u < self.flip_p]
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         return tensor.flip(params) if params else tensor
 
 
 class RandPermute(Transform):
     """Permute ``dims`` at random (all orders equally likely), with probability ``p``."""
 
-    def __init__(self, dims: Sequence[int] = (-3, -2, -1), apply_on: Sequence[str] | None = None, p: float = 1.0) -> None:
+    def __init__(
+        self, dims: Sequence[int] = (-3, -2, -1), apply_on: Sequence[str] | None = None, p: float = 1.0
+    ) -> None:
         super().__init__(apply_on, p)
         self.dims = _check_dims("rand_permute", dims)
 
@@ -181,7 +207,9 @@ class RandPermute(Transform):
         order = torch.randperm(len(self.dims), generator=generator).tolist()
         return [self.dims[i] for i in order]
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         order = list(range(tensor.ndim))
         for source, target in zip(self.dims, params, strict=True):
             order[tensor.ndim + source] = tensor.ndim + target
@@ -191,7 +219,9 @@ class RandPermute(Transform):
 class GaussianNoise(Transform):
     """Add noise drawn from ``N(mean, std²)`` to floating-point tensors, with probability ``p``."""
 
-    def __init__(self, std: float = 0.01, mean: float = 0.0, apply_on: Sequence[str] | None = None, p: float = 1.0) -> None:
+    def __init__(
+        self, std: float = 0.01, mean: float = 0.0, apply_on: Sequence[str] | None = None, p: float = 1.0
+    ) -> None:
         super().__init__(apply_on, p)
         if std < 0:
             raise ValueError(f"gaussian_noise: std must be >= 0, got {std}")
@@ -201,9 +231,13 @@ class GaussianNoise(Transform):
     def handles(self, value: Any) -> bool:
         return isinstance(value, torch.Tensor) and value.is_floating_point()
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         if not tensor.is_floating_point():
-            raise TypeError(f"gaussian_noise: item[{key!r}] has dtype {tensor.dtype}; noise needs a float tensor")
+            raise TypeError(
+                f"gaussian_noise: item[{key!r}] has dtype {tensor.dtype}; noise needs a float tensor"
+            )
         noise = torch.randn(tensor.shape, generator=generator, dtype=torch.float32)
         return (tensor.float() + noise * self.std + self.mean).to(tensor.dtype)
 
@@ -246,7 +280,9 @@ class Normalize(Transform):
         shape[dim] = len(stat)
         return stat.view(shape)
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         x = tensor.float()
         mean = x.mean() if self.mean is None else self._stat(self.mean, x)
         std = x.std() if self.std is None else self._stat(self.std, x)
@@ -269,15 +305,22 @@ class RandomCrop(Transform):
         n = len(self.size)
         shapes = {key: tuple(t.shape[-n:]) for key, t in tensors.items()}
         if len(set(shapes.values())) > 1:
-            raise ValueError(f"random_crop: the keys' last {n} dims differ, so one crop cannot fit all: {shapes}")
+            raise ValueError(
+                f"random_crop: the keys' last {n} dims differ, so one crop cannot fit all: {shapes}"
+            )
         shape = next(iter(shapes.values()))
         if len(shape) < n or any(have < want for have, want in zip(shape, self.size, strict=True)):
             raise ValueError(f"random_crop: cannot crop {self.size} out of {shapes}")
-        return [int(torch.randint(0, have - want + 1, (), generator=generator)) for have, want in zip(shape, self.size, strict=True)]
+        return [
+            int(torch.randint(0, have - want + 1, (), generator=generator))
+            for have, want in zip(shape, self.size, strict=True)
+        ]
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         index = (Ellipsis, *(slice(o, o + s) for o, s in zip(params, self.size, strict=True)))
-        return tensor[index]
+        return tensor[index]  # type: ignore[index]  # a tuple of Ellipsis and slices is a valid index
 
 
 class ToDtype(Transform):
@@ -290,5 +333,7 @@ class ToDtype(Transform):
             raise ValueError(f"to_dtype: {dtype!r} is not a torch dtype")
         self.dtype = resolved
 
-    def apply(self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None) -> torch.Tensor:
+    def apply(
+        self, key: str, tensor: torch.Tensor, params: Any, generator: torch.Generator | None
+    ) -> torch.Tensor:
         return tensor.to(self.dtype)

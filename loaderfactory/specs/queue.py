@@ -64,12 +64,16 @@ class QueueDatasetSpec(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> QueueDatasetSpec:
-        problems = []
-        if isinstance(self.wait_fill, int) and not isinstance(self.wait_fill, bool):
-            if self.capacity is not None and self.wait_fill > self.capacity:
-                problems.append(
-                    ("wait_fill", f"waits for more items than capacity ({self.capacity}) can hold; lower it", self.wait_fill)
+        problems: list[tuple[str, str, Any]] = []
+        waits_for = self.wait_fill if not isinstance(self.wait_fill, bool) else None
+        if waits_for is not None and self.capacity is not None and waits_for > self.capacity:
+            problems.append(
+                (
+                    "wait_fill",
+                    f"waits for more items than capacity ({self.capacity}) can hold; lower it",
+                    waits_for,
                 )
+            )
         if self.multiprocessing_context is not None and self.worker_type != "process":
             problems.append(
                 (

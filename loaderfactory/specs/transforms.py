@@ -19,7 +19,9 @@ Probability = Annotated[float, Field(ge=0.0, le=1.0)]
 
 def _spatial_dims(dims: list[int]) -> list[int]:
     if not dims or any(d >= 0 for d in dims) or len(set(dims)) != len(dims):
-        raise ValueError(f"must be distinct negative dims counted from the end, e.g. [-3, -2, -1]; got {dims}")
+        raise ValueError(
+            f"must be distinct negative dims counted from the end, e.g. [-3, -2, -1]; got {dims}"
+        )
     return dims
 
 
@@ -36,7 +38,7 @@ class RandFlipSpec(Spec):
     """Flip each of ``dims`` independently with probability ``p``."""
 
     kind: Literal["rand_flip"] = "rand_flip"
-    dims: list[int] = [-3, -2, -1]
+    dims: list[int] = Field(default_factory=lambda: [-3, -2, -1])
     apply_on: list[str] | None = None
     p: Probability = Field(0.5, validation_alias=alias("p", "flip_probability"))
 
@@ -50,7 +52,7 @@ class RandPermuteSpec(Spec):
     """Permute ``dims`` in a random order, with probability ``p`` (cubic volumes keep their shape)."""
 
     kind: Literal["rand_permute"] = "rand_permute"
-    dims: list[int] = [-3, -2, -1]
+    dims: list[int] = Field(default_factory=lambda: [-3, -2, -1])
     apply_on: list[str] | None = None
     p: Probability = 1.0
 
