@@ -282,7 +282,7 @@ def test_onsample_lets_one_item_in_per_draw() -> None:
         list(q)
         telemetry = q.telemetry()
     assert telemetry["evictions"] == 20
-    assert 8 + 20 <= telemetry["loads"] <= 8 + 20 + 1
+    assert 8 + 19 <= telemetry["loads"] <= 8 + 20  # the last replacement may still be loading
 
 
 def test_onsample_draws_are_roughly_uniform() -> None:

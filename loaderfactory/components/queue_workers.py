@@ -9,18 +9,21 @@ Either way a worker holds at most one loaded item outside the queue.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import pickle
 import signal
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable
 from multiprocessing.connection import Connection, wait
+from pathlib import Path
 from typing import Any
 
 import torch
-import torch.multiprocessing
+import torch.multiprocessing  # registers the reductions that send tensors as shared memory
 
 from loaderfactory.components.batch_utils import batch_nbytes
 from loaderfactory.components.queue_store import Entry, IndexDispenser, QueueStore, StoreClosed
@@ -30,6 +33,8 @@ Preprocess = Callable[[Any], Any] | None
 
 JOIN_SECONDS = 10.0
 """How long ``close()`` waits for a thread stuck inside ``dataset[i]`` before leaving it behind."""
+STOP_GRACE_S = 5.0
+"""How long a stopping worker process may take to finish its item before it is stopped by a signal."""
 
 
 class RemoteTraceback(Exception):
@@ -228,6 +233,15 @@ class ProcessWorker:
         self._thread.start()
 
     def _proxy(self) -> None:
+        try:
+            self._feed()
+        finally:
+            # Ask the worker to exit after the item it is on: stopping it by a signal could catch
+            # it between creating a shared-memory segment and unlinking its name.
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._conn.send(None)
+
+    def _feed(self) -> None:
         store, conn, process = self._store, self._conn, self.process
         while not self._stop.is_set():
             index = self._dispenser.next()
@@ -250,11 +264,8 @@ class ProcessWorker:
                 return
             if message[0] == "error":
                 error = _unpack_error(*message[2:])
-                store.fail(
-                    _note(
-                        error, f"raised in queue worker process pid {process.pid} while loading item {index}"
-                    )
-                )
+                note = f"raised in queue worker process pid {process.pid} while loading item {index}"
+                store.fail(_note(error, note))
                 return
             _, index, item, nbytes = message
             del message
@@ -268,22 +279,42 @@ class ProcessWorker:
             del item
 
     def stop(self) -> None:
+        """Ask the proxy to stop; the worker exits after its current item (see :meth:`join`)."""
         self._stop.set()
-        if self.process.pid is not None and self.process.is_alive():
-            # Loading is all a worker does: nothing is lost by stopping it mid-item, and it wakes
-            # the proxy thread waiting on the process sentinel.
-            self.process.terminate()
 
     def join(self) -> None:
+        """Wait for the worker to finish its item and exit; after ``STOP_GRACE_S`` stop it by signal."""
+        deadline = time.monotonic() + STOP_GRACE_S
         if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(JOIN_SECONDS)
+            self._thread.join(STOP_GRACE_S)
         if self.process.pid is not None:
-            self.process.join(JOIN_SECONDS)
+            self.process.join(max(0.0, deadline - time.monotonic()))
+            if self.process.is_alive():
+                self.process.terminate()
+                self.process.join(JOIN_SECONDS)
             if self.process.is_alive():
                 self.process.kill()
                 self.process.join(JOIN_SECONDS)
+            if self._thread.is_alive() and self._thread is not threading.current_thread():
+                self._thread.join(JOIN_SECONDS)
+            _unlink_segments_of(self.process.pid)
             self.process.close()
         self._conn.close()
+
+
+def _unlink_segments_of(pid: int) -> None:
+    """Remove shared-memory names a dead worker left behind.
+
+    torch names a segment ``torch_<pid>_...`` and unlinks the name right after creating it, so a
+    name that outlives its (dead) creator can only be one it was killed in the middle of making:
+    nobody else can hold it, and a worker killed by a signal would otherwise leak it.
+    """
+    root = Path("/dev/shm")
+    if not root.is_dir():
+        return
+    for path in root.glob(f"torch_{pid}_*"):
+        with contextlib.suppress(OSError):
+            path.unlink()
 
 
 Worker = ThreadWorker | ProcessWorker
