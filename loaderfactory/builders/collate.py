@@ -7,8 +7,15 @@ from typing import Any
 
 from torch.utils.data import default_collate
 
-from loaderfactory.specs.collate import DefaultCollateSpec
+from loaderfactory.components.collate import DictCollate
+from loaderfactory.specs.collate import DefaultCollateSpec, DictCollateSpec
 
 
 def build_default_collate(spec: DefaultCollateSpec) -> Callable[[list[Any]], Any]:
     return default_collate
+
+
+def build_dict_collate(spec: DictCollateSpec) -> DictCollate:
+    return DictCollate(
+        spec.keys, spec.stack_tensors, spec.convert_numpy, spec.convert_numbers, spec.on_unstackable
+    )

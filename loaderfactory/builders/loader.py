@@ -20,12 +20,13 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
     collate = build_helper("collate", spec.collate)
     if context.batched:
         # The upstream (a queue) draws whole batches itself: pass them on unbatched.
-        if spec.shuffle:
-            raise ConfigError(
-                ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
-            )
+        _refuse_batching_options(spec)
         return ResumableDataLoader(
-            upstream, batch_size=None, seed=seed, collate_fn=collate, pin_memory=spec.pin_memory
+            upstream,
+            batch_size=None,
+            seed=seed,
+            collate_fn=collate,
+            pin_memory=spec.pin_memory and torch.accelerator.is_available(),
         )
     if spec.shuffle and isinstance(upstream, IterableDataset):
         raise ConfigError(
@@ -50,3 +51,28 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
         pin_memory=spec.pin_memory and torch.accelerator.is_available(),
         **kwargs,
     )
+
+
+def _refuse_batching_options(spec: TorchLoaderSpec) -> None:
+    """Options that make no sense when a queue upstream already yields batches, each with its reason."""
+    problems = []
+    if spec.shuffle:
+        problems.append(
+            ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
+        )
+    if spec.drop_last:
+        problems.append(
+            ConfigProblem(
+                "loader.drop_last", "the queue slot yields whole batches of queue.batch_size; set it to false"
+            )
+        )
+    if spec.num_workers > 0:
+        problems.append(
+            ConfigProblem(
+                "loader.num_workers",
+                "the queue slot loads with its own workers (queue.num_workers); DataLoader workers would "
+                "each copy the whole queue: set it to 0",
+            )
+        )
+    if problems:
+        raise ConfigError(problems)

@@ -1,0 +1,214 @@
+"""Queue vs DataLoader on slow storage: 64 items of 1×64³ float16, 20 ms to load, 5 ms per step.
+
+    python benchmarks/bench_queue.py            # every row, each in a fresh subprocess
+    python benchmarks/bench_queue.py --steps 400 --budget 16MB
+
+Rows: ``QueueDataset`` (mode always, 2 thread workers, batch 4) vs
+``torch.utils.data.DataLoader(num_workers=2, shuffle=True)`` on the same dataset, plus MONAI's
+``SmartCacheDataset`` when ``monai`` is importable. Each row runs in its own process so its peak RSS
+is its own; steps/s counts from the first ``iter()`` (startup and queue fill included) and, after the
+first batch, in steady state. The last line draws 5,000 batches in mode onsample (loading delay 0:
+uniformity does not depend on speed) and prints the max/min ratio of draws per item.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+ITEMS, SHAPE, LOAD_MS, STEP_MS, BATCH = 64, [1, 64, 64, 64], 20.0, 5.0, 4
+
+
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def dataset(delay_ms: float = LOAD_MS) -> Any:
+    from loaderfactory.components.datasets import SyntheticDataset
+
+    return SyntheticDataset(ITEMS, {"vol": {"shape": SHAPE, "dtype": "float16"}}, seed=0, delay_ms=delay_ms)
+
+
+def timed(batches: Any, steps: int) -> dict[str, float]:
+    start = time.perf_counter()
+    first = None
+    done = 0
+    while done < steps:
+        for _ in batches:
+            if first is None:
+                first = time.perf_counter()
+            time.sleep(STEP_MS / 1000)
+            done += 1
+            if done == steps:
+                break
+    end = time.perf_counter()
+    assert first is not None
+    return {
+        "steps_per_s": steps / (end - start),
+        "steady_steps_per_s": (steps - 1) / (end - first),
+        "first_batch_s": first - start,
+    }
+
+
+def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
+    import torch
+
+    torch.set_num_threads(1)
+    base = peak_rss_mb()
+    ds = dataset()
+    extra: dict[str, Any] = {}
+    if name == "queue":
+        from loaderfactory.components.queue_dataset import QueueDataset
+
+        with QueueDataset(
+            ds, epoch_size=10**9, mode="always", num_workers=2, batch_size=BATCH, ram_budget=budget, seed=0
+        ) as queue:
+            result = timed(queue, steps)
+            telemetry = queue.telemetry()
+        extra = {"budget_mb": telemetry["budget_mb"], "peak_held_mb": telemetry["peak_held_mb"]}
+    elif name == "dataloader":
+        from torch.utils.data import DataLoader
+
+        loader = DataLoader(ds, batch_size=BATCH, num_workers=2, shuffle=True, persistent_workers=True)
+        result = timed(loader, steps)
+        del loader
+    elif name == "monai_smartcache":
+        from monai.data import DataLoader as MonaiLoader
+        from monai.data import SmartCacheDataset
+        from monai.transforms import Transform
+
+        class Load(Transform):  # a MONAI Transform, so SmartCache caches its output
+            def __call__(self, index: int) -> Any:
+                return ds[index]
+
+        cache = SmartCacheDataset(
+            list(range(ITEMS)),
+            transform=Load(),
+            replace_rate=0.25,
+            cache_num=ITEMS // 2,
+            num_init_workers=2,
+            num_replace_workers=2,
+            progress=False,
+        )
+        loader = MonaiLoader(cache, batch_size=BATCH, shuffle=True, num_workers=0)
+        cache.start()
+        try:
+            result = {"steps_per_s": 0.0}
+            start = time.perf_counter()
+            done, first = 0, None
+            while done < steps:
+                for _ in loader:
+                    first = first or time.perf_counter()
+                    time.sleep(STEP_MS / 1000)
+                    done += 1
+                    if done == steps:
+                        break
+                cache.update_cache()
+            end = time.perf_counter()
+            result = {
+                "steps_per_s": steps / (end - start),
+                "steady_steps_per_s": (steps - 1) / (end - first),
+                "first_batch_s": first - start,
+            }
+        finally:
+            cache.shutdown()
+        extra = {"budget_mb": round(ITEMS // 2 * 2 * 64**3 / 1e6, 3)}
+    else:
+        raise SystemExit(f"unknown row {name}")
+    return {
+        "row": name,
+        **result,
+        "peak_rss_mb": peak_rss_mb(),
+        "rss_growth_mb": peak_rss_mb() - base,
+        **extra,
+    }
+
+
+def sampling_ratio(draws: int) -> dict[str, Any]:
+    from loaderfactory.components.queue_dataset import QueueDataset
+
+    with QueueDataset(
+        dataset(delay_ms=0.0),
+        epoch_size=draws,
+        mode="onsample",
+        num_workers=1,
+        batch_size=BATCH,
+        capacity=ITEMS // 2,
+        seed=0,
+    ) as queue:
+        for _ in queue:
+            pass
+        counts = queue.sampling_counts
+    return {
+        "draws": draws,
+        "max": int(counts.max()),
+        "min": int(counts.min()),
+        "ratio": float(counts.max() / max(1, counts.min())),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--steps", type=int, default=400)
+    parser.add_argument("--budget", default="16MB", help="queue RAM budget (the dataset is 33.6 MB)")
+    parser.add_argument("--draws", type=int, default=5000)
+    parser.add_argument("--row", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.row:
+        print(json.dumps(run_row(args.row, args.steps, args.budget)))
+        return
+    rows = ["dataloader", "queue"]
+    try:
+        import monai  # noqa: F401
+
+        rows.insert(1, "monai_smartcache")
+    except ImportError:
+        print("(monai not importable: no SmartCacheDataset row)")
+    results = []
+    for row in rows:
+        out = subprocess.run(
+            [sys.executable, __file__, "--row", row, "--steps", str(args.steps), "--budget", args.budget],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    base = results[0]["steps_per_s"]
+    print(
+        f"{ITEMS} items of 1×64³ float16, {LOAD_MS:.0f} ms load, {STEP_MS:.0f} ms step, batch {BATCH}, "
+        f"{args.steps} steps; step-bound ideal {1000 / STEP_MS:.0f} steps/s"
+    )
+    header = (
+        f"{'loader':<18}{'steps/s':>9}{'steady':>9}{'vs DL':>7}{'1st batch s':>13}"
+        f"{'peak RSS MB':>13}{'RSS +MB':>9}{'budget MB':>11}{'held MB':>9}"
+    )
+    print(header)
+    print("-" * len(header))
+    for r in results:
+        print(
+            f"{r['row']:<18}{r['steps_per_s']:>9.1f}{r['steady_steps_per_s']:>9.1f}"
+            f"{r['steps_per_s'] / base:>6.1f}×"
+            f"{r['first_batch_s']:>13.2f}{r['peak_rss_mb']:>13.0f}{r['rss_growth_mb']:>9.0f}"
+            f"{r.get('budget_mb', float('nan')):>11.1f}{r.get('peak_held_mb', float('nan')):>9.1f}"
+        )
+    ratio = sampling_ratio(args.draws)
+    print(
+        f"\nonsample, capacity {ITEMS // 2}, batch {BATCH}: after {ratio['draws']} draws each item drawn "
+        f"{ratio['min']}..{ratio['max']} times, max/min = {ratio['ratio']:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,102 @@
+"""``DictCollate``: merge dict items into one dict batch, stacking what can be stacked."""
+
+from __future__ import annotations
+
+import numbers
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import numpy as np
+import torch
+
+KeyFilter = Sequence[str] | Callable[[str], bool] | None
+OnUnstackable = Literal["warn", "error", "list"]
+
+
+class DictCollate:
+    """Collate a list of dict items into one dict: ``[{"vol": t1}, {"vol": t2}]`` → ``{"vol": stack}``.
+
+    Tensors of equal shape are stacked; numpy arrays and Python numbers are converted to tensors
+    first (when asked); everything else, and tensors whose shapes differ, becomes a list. Use it
+    for items whose tensors may not all stack (volumes of different sizes next to a fixed-size
+    label), where ``default_collate`` would raise.
+
+    Args:
+        keys: keep only these keys (a list, or a predicate called with each key); ``None`` keeps all.
+            A listed key missing from an item is an error naming the item's keys.
+        stack_tensors: stack tensors of equal shape; ``False`` gives lists of tensors.
+        convert_numpy: turn numpy arrays into tensors (then stacked like tensors).
+        convert_numbers: turn Python numbers (not bools' strings) into tensors.
+        on_unstackable: what to do with a key whose tensors differ in shape: ``"warn"`` (list plus
+            a warning naming key and shapes), ``"error"`` (``ValueError`` naming them), ``"list"``
+            (list, silently).
+    """
+
+    def __init__(
+        self,
+        keys: KeyFilter = None,
+        stack_tensors: bool = True,
+        convert_numpy: bool = True,
+        convert_numbers: bool = True,
+        on_unstackable: OnUnstackable = "warn",
+    ) -> None:
+        if on_unstackable not in ("warn", "error", "list"):
+            raise ValueError(f"on_unstackable must be 'warn', 'error' or 'list', got {on_unstackable!r}")
+        if isinstance(keys, str):
+            raise TypeError(f"keys must be a list of keys or a predicate, got the string {keys!r}")
+        self.keys = keys
+        self.stack_tensors = stack_tensors
+        self.convert_numpy = convert_numpy
+        self.convert_numbers = convert_numbers
+        self.on_unstackable = on_unstackable
+
+    def _selected(self, item: Mapping[str, Any]) -> list[str]:
+        if self.keys is None:
+            return list(item)
+        if callable(self.keys):
+            return [key for key in item if self.keys(key)]
+        missing = [key for key in self.keys if key not in item]
+        if missing:
+            raise KeyError(f"collate keys {missing} are not in the item; it has {sorted(item)}")
+        return list(self.keys)
+
+    def _convert(self, value: Any) -> Any:
+        if self.convert_numpy and isinstance(value, np.ndarray):
+            return torch.from_numpy(value)
+        if (
+            self.convert_numpy
+            and isinstance(value, np.generic)
+            and not isinstance(value, np.str_ | np.bytes_)
+        ):
+            return torch.as_tensor(value.item())
+        if self.convert_numbers and isinstance(value, numbers.Number) and not isinstance(value, bool):
+            return torch.as_tensor(value)
+        return value
+
+    def __call__(self, items: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+        if not items:
+            raise ValueError("cannot collate an empty list of items")
+        for item in items:
+            if not isinstance(item, Mapping):
+                raise TypeError(f"DictCollate needs dict items, got {type(item).__name__}")
+        return {
+            key: self._merge(key, [self._convert(item[key]) for item in items])
+            for key in self._selected(items[0])
+        }
+
+    def _merge(self, key: str, values: list[Any]) -> Any:
+        if not (self.stack_tensors and all(isinstance(v, torch.Tensor) for v in values)):
+            return values
+        shapes = {tuple(v.shape) for v in values}
+        if len(shapes) == 1:
+            return torch.stack(values)
+        message = f"collate: cannot stack key {key!r}: its tensors have shapes {sorted(shapes)}"
+        if self.on_unstackable == "error":
+            raise ValueError(f"{message}; crop or pad them, or set on_unstackable to 'warn' or 'list'")
+        if self.on_unstackable == "warn":
+            warnings.warn(f"{message}; kept as a list", RuntimeWarning, stacklevel=3)
+        return values
+
+    def __repr__(self) -> str:
+        return f"DictCollate(keys={self.keys!r}, on_unstackable={self.on_unstackable!r})"
