@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from loaderfactory import builtins as _builtins  # noqa: F401 - registers the built-in kinds
+from loaderfactory.components.queue_dataset import QueueDataset
 from loaderfactory.components.sharded import ShardedDataLoader
 from loaderfactory.components.stream import StreamWrapper
 from loaderfactory.components.thread_buffer import ThreadBuffer, ThreadDataLoader
@@ -22,6 +23,7 @@ __all__ = [
     "Loader",
     "LoaderFactoryError",
     "LoaderSpec",
+    "QueueDataset",
     "ResumeError",
     "ShardedDataLoader",
     "Spec",
