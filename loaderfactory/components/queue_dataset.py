@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import inspect
 import random
-import re
 import threading
 import time
 import warnings
@@ -33,6 +32,7 @@ from loaderfactory.components.queue_telemetry import QueueTelemetry
 from loaderfactory.components.queue_workers import Worker, start_workers, stop_workers
 from loaderfactory.components.transforms import takes_generator
 from loaderfactory.errors import ConfigError, ConfigProblem, StallError
+from loaderfactory.sizes import parse_size
 
 MB = 10**6
 ALIASES = {
@@ -47,29 +47,14 @@ ALIASES = {
 }
 """torchvtk's argument names → ours."""
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
-_UNITS = {
-    "b": 1,
-    "kb": 10**3,
-    "mb": 10**6,
-    "gb": 10**9,
-    "tb": 10**12,
-    "kib": 2**10,
-    "mib": 2**20,
-    "gib": 2**30,
-    "tib": 2**40,
-}
-
 
 def budget_bytes(ram_budget: float | int | str, available: int) -> int:
     """Bytes from a float in (0, 1] (fraction of ``available``), an int (bytes) or a size string."""
     if isinstance(ram_budget, str):
-        match = _SIZE.match(ram_budget)
-        if not match:
-            raise ConfigError(
-                ConfigProblem("ram_budget", f"{ram_budget!r} is not a size like '512MiB' or '2GB'")
-            )
-        return int(float(match.group(1)) * _UNITS[match.group(2).lower()])
+        try:
+            return parse_size(ram_budget)
+        except ValueError as err:
+            raise ConfigError(ConfigProblem("ram_budget", str(err))) from None
     if isinstance(ram_budget, bool) or not isinstance(ram_budget, int | float) or ram_budget <= 0:
         raise ConfigError(
             ConfigProblem(

@@ -7,8 +7,6 @@ One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``rep
 
 from __future__ import annotations
 
-import re
-from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -23,6 +21,8 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from loaderfactory.sizes import parse_size
 
 Count = Annotated[int, Field(ge=1, strict=True)]
 """A whole number ≥ 1 (errors read "must be ≥ 1, got 0"); ``true`` is not a count."""
@@ -102,24 +102,6 @@ class WorkersSpec(Spec):
 
     num_workers: NonNegativeInt = 0
     worker_type: Literal["thread", "process"] = "process"
-
-
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
-_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
-_UNITS.update({"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40})
-
-
-def parse_size(text: str) -> int:
-    """``"2GiB"`` → 2147483648; raises ``ValueError`` naming the accepted units."""
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(
-            f"{text!r} is not a size; write a number and a unit, e.g. '512MiB' or '2GB' "
-            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-        )
-    number, unit = match.groups()
-    # Decimal, not float: "2.3KB" is 2300 bytes, where float arithmetic would give 2299.
-    return int(Decimal(number) * _UNITS[unit.lower()])
 
 
 def _ram_budget(value: Any) -> Any:
