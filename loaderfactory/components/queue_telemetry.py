@@ -30,6 +30,7 @@ class QueueTelemetry:
         self.evictions = 0
         self.peak_bytes = 0
         self.fill_wait_s: float | None = None
+        self.budget_bytes: int | None = None
         self._live: QueueStore | None = None
 
     def record_draw(self, entries: Sequence[Entry], held: int, held_bytes: int, now: float) -> None:
@@ -43,6 +44,7 @@ class QueueTelemetry:
 
     def watch(self, store: QueueStore) -> None:
         self._live = store
+        self.budget_bytes = store.budget
 
     def absorb(self, store: QueueStore) -> None:
         """Add a finished run's loads, evictions and peak memory."""
@@ -114,12 +116,22 @@ class QueueTelemetry:
         paths.append(path)
         if self.fill:
             fig, ax = plt.subplots(figsize=(6, 3.5))
-            ax.plot(self.fill, color="#4477aa", label="items")
+            lines = ax.plot(self.fill_mb, color="#4477aa", label="MB held")
+            title = "queue fill level"
+            budget_mb = None if self.budget_bytes is None else self.budget_bytes / 1e6
+            if budget_mb is not None and budget_mb <= 2 * max(self.fill_mb):
+                lines.append(ax.axhline(budget_mb, color="k", linestyle="--", label="budget"))
+            elif budget_mb is not None:  # a line far above the data would flatten it
+                title += f" (budget {budget_mb:,.0f} MB, off the scale)"
             ax.set_xlabel("draw")
-            ax.set_ylabel("items in the queue")
+            ax.set_ylabel("MB held")
+            ax.set_ylim(bottom=0)
             twin = ax.twinx()
-            twin.plot(self.fill_mb, color="#ee6677", alpha=0.6, label="MB")
-            twin.set_ylabel("MB held")
+            lines += twin.plot(self.fill, color="#ee7733", linestyle=":", label="items")
+            twin.set_ylabel("items in the queue")
+            twin.set_ylim(bottom=0)
+            ax.legend(lines, [str(line.get_label()) for line in lines], loc="lower right")
+            ax.set_title(title)
             fig.tight_layout()
             path = out_dir / "queue_fill.png"
             fig.savefig(path, dpi=100)
