@@ -9,7 +9,7 @@ space is split between data-parallel ranks.
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -170,6 +170,9 @@ class ShardedDataLoader:
         self._epoch = 0
         self._carry: list[int] = []
         self._resume_step = 0
+        # Where an unfinished pass stopped: (epoch, steps yielded, rollover it started with). Kept
+        # after an early break, so state_dict() taken then resumes after the last batch delivered.
+        self._stopped_at: tuple[int, int, Sequence[int]] | None = None
         self._generation = 0
         self._pool: Pool | None = None
         self._pass: weakref.ref[_Pass] | None = None
@@ -190,6 +193,7 @@ class ShardedDataLoader:
 
     def __iter__(self) -> Iterator[Any]:
         self._close_pass()
+        self._stopped_at = None
         plan = self.planner.plan(self._epoch, self._carry)
         self._epoch += 1
         start, self._resume_step = self._resume_step, 0
@@ -205,6 +209,7 @@ class ShardedDataLoader:
 
     def _finished(self, plan: EpochPlan) -> None:
         self._carry = list(plan.carry_out)
+        self._stopped_at = None
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -266,11 +271,15 @@ class ShardedDataLoader:
                 "step": current.position,
                 "carry": list(current.plan.carry_in),
             }
+        if self._stopped_at is not None:
+            epoch, step, carry = self._stopped_at
+            return {"epoch": epoch, "step": step, "carry": list(carry)}
         return {"epoch": self._epoch, "step": self._resume_step, "carry": list(self._carry)}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict`: the next pass yields exactly the rest of that epoch."""
         self._close_pass()
+        self._stopped_at = None
         self._epoch = int(state["epoch"])
         self._resume_step = int(state.get("step", 0))
         self._carry = [int(i) for i in state.get("carry", [])]
@@ -324,6 +333,7 @@ class _Pass:
         else:
             batch = self._receive()
         self.position += 1
+        owner._stopped_at = (self.plan.epoch, self.position, self.plan.carry_in)
         if owner._pin:
             batch = _pin(batch)
         return batch
