@@ -16,7 +16,6 @@ from pydantic import (
     ConfigDict,
     Field,
     NonNegativeInt,
-    PositiveFloat,
     ValidationError,
     model_validator,
 )
@@ -30,8 +29,12 @@ BatchSize = Count
 BufferSize = Count
 Repeats = Count
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
-Timeout = PositiveFloat | None
+MAX_WAIT_S = 10**6
+"""Longest finite wait (11.6 days); beyond it use ``null`` (wait forever), not a huge number."""
+Timeout = Annotated[float, Field(gt=0, le=MAX_WAIT_S, allow_inf_nan=False)] | None
 """Seconds a stage may wait for the stage before it; ``None`` waits forever."""
+Milliseconds = Annotated[float, Field(ge=0, le=MAX_WAIT_S * 1000, allow_inf_nan=False)]
+"""A finite, non-negative duration in milliseconds."""
 
 
 def alias(*names: str) -> AliasChoices:
@@ -77,7 +80,11 @@ class Spec(BaseModel):
     """Base of every spec: strict (unknown keys are errors), frozen, and alias-aware."""
 
     model_config = ConfigDict(
-        extra="forbid", frozen=True, populate_by_name=True, use_attribute_docstrings=True
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        strict=True,  # `num_workers: true` or `shuffle: "yes"` are mistakes, not 1 and True
     )
 
     @model_validator(mode="before")

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field
 
-from loaderfactory.specs.base import Count, Seed, Spec
+from loaderfactory.specs.base import Count, Milliseconds, Seed, Spec
 from loaderfactory.specs.refs import TransformRef
 from loaderfactory.specs.target import TargetSpec
 
@@ -49,7 +49,7 @@ class SyntheticDatasetSpec(Spec):
     """Key → {shape, dtype, high}; every item also carries its `index`."""
     seed: Seed = 0
     """Items are a pure function of (seed, index)."""
-    delay_ms: NonNegativeFloat = 0.0
+    delay_ms: Milliseconds = 0.0
     """Sleep per item, standing in for slow storage."""
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeFloat
+from pydantic import Field
 
-from loaderfactory.specs.base import Count, Seed, Spec
+from loaderfactory.specs.base import Count, Milliseconds, Seed, Spec
 from loaderfactory.specs.loader import TorchLoaderSpec
 from loaderfactory.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
 
@@ -23,11 +23,11 @@ class RunSpec(Spec):
     """Batches to draw, across epochs; null runs `epochs` full epochs."""
     epochs: Count = 1
     """Full epochs to run when ``batches`` is null."""
-    step_ms: NonNegativeFloat = 0.0
+    step_ms: Milliseconds = 0.0
     """A simulated training step: the consumer sleeps this long per batch."""
     progress: bool = True
     """Show a tqdm progress bar on stderr."""
-    report: str = "report.json"
+    report: str = Field("report.json", min_length=1, pattern=r"^[^/\\]+$")
     """File name of the JSON report, in Hydra's output directory."""
     plots: bool = True
     """Save PNG plots (consumer-wait histogram, and what components draw) beside the report."""

@@ -85,7 +85,7 @@ class ShardedLoaderSpec(WorkersSpec):
     batch_sampler: SamplerTargetSpec | None = None
     collate: CollateRef | None = Field(None, validation_alias=alias("collate", "batchify_fn"))
     pin_memory: bool = False
-    prefetch: NonNegativeInt | None = None
+    prefetch: Count | None = None
     num_shards: Count = 1
     seed: Seed | None = None
     distributed: Distributed = "auto"
