@@ -15,22 +15,31 @@ from loaderfactory import Loader, available, build_loader, compose, registry
 BASE = [
     "dataset.length=42",
     "dataset.fields.image.shape=[2]",
-    "loader.batch_size=4",
     "seed=3",
 ]
-"""A small pipeline: 42 tiny items (image, label, index), batches of 4, seeded."""
+"""A small pipeline: 42 tiny items (image, label, index), seeded; each setup picks batches of 4."""
 
 SETUPS: dict[tuple[str, str], list[str]] = {
     ("queue", "ram"): ["queue=ram", "queue.epoch_size=6", "queue.batch_size=4", "queue.capacity=8"],
-    ("loader", "torch"): ["loader=torch", "loader.shuffle=true"],
+    ("loader", "torch"): ["loader=torch", "loader.batch_size=4", "loader.shuffle=true"],
     ("loader", "sharded"): [
         "loader=sharded",
         "loader.batch_size=4",
         "loader.shuffle=true",
         "loader.last_batch=rollover",
     ],
-    ("stream", "epochs"): ["stream=epochs", "stream.epoch_size=7", "stream.buffer_size=2"],
-    ("prefetch", "thread"): ["prefetch=thread", "prefetch.buffer_size=2", "prefetch.repeats=2"],
+    ("stream", "epochs"): [
+        "stream=epochs",
+        "loader.batch_size=4",
+        "stream.epoch_size=7",
+        "stream.buffer_size=2",
+    ],
+    ("prefetch", "thread"): [
+        "prefetch=thread",
+        "loader.batch_size=4",
+        "prefetch.buffer_size=2",
+        "prefetch.repeats=2",
+    ],
 }
 """Per kind: the overrides that put it into the small pipeline."""
 

@@ -100,8 +100,9 @@ def _base_presets() -> list[tuple[str, Path]]:
     return found
 
 
-PRESET_CHOICES = {("loader", "sharded.yaml"): {"batch_size"}}
-"""Fields a base preset sets on purpose: the spec leaves them open (a batch size or a batch sampler)."""
+PRESET_CHOICES = {("loader", "sharded.yaml"): {"batch_size"}, ("loader", "torch.yaml"): {"batch_size"}}
+"""Fields a base preset sets on purpose: sharded's spec leaves the batch size open (or a batch
+sampler); torch's preset follows the queue's batch size when there is a queue."""
 
 
 @pytest.mark.parametrize(("group", "path"), _base_presets(), ids=lambda v: getattr(v, "name", v))

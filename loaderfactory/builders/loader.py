@@ -54,25 +54,7 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
 
 
 def _refuse_batching_options(spec: TorchLoaderSpec) -> None:
-    """Options that make no sense when a queue upstream already yields batches, each with its reason."""
-    problems = []
-    if spec.shuffle:
-        problems.append(
-            ConfigProblem("loader.shuffle", "the queue slot already samples at random; set it to false")
-        )
-    if spec.drop_last:
-        problems.append(
-            ConfigProblem(
-                "loader.drop_last", "the queue slot yields whole batches of queue.batch_size; set it to false"
-            )
-        )
-    if spec.num_workers > 0:
-        problems.append(
-            ConfigProblem(
-                "loader.num_workers",
-                "the queue slot loads with its own workers (queue.num_workers); DataLoader workers would "
-                "each copy the whole queue: set it to 0",
-            )
-        )
+    """The spec's own rules for following a queue (see ``Spec.refuse_after_batches``)."""
+    problems = spec.refuse_after_batches(None)
     if problems:
-        raise ConfigError(problems)
+        raise ConfigError([ConfigProblem(f"loader.{field}", message) for field, message, _ in problems])

@@ -41,13 +41,8 @@ def resolve_distributed(setting: str | DistributedSpec) -> tuple[int, int]:
 
 def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildContext) -> ShardedDataLoader:
     if context.batched:
-        raise ConfigError(
-            ConfigProblem(
-                "loader.kind",
-                "sharded draws its own batches (and shards) from a map-style dataset, but the queue slot "
-                "already yields batches; drop the queue or use loader=torch after it",
-            )
-        )
+        problems = spec.refuse_after_batches(None)
+        raise ConfigError([ConfigProblem(f"loader.{field}", message) for field, message, _ in problems])
     if isinstance(upstream, IterableDataset):
         raise ConfigError(
             ConfigProblem(

@@ -87,6 +87,15 @@ class Spec(BaseModel):
         strict=True,  # `num_workers: true` or `shuffle: "yes"` are mistakes, not 1 and True
     )
 
+    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
+        """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense
+        when the slot before (a queue) already yields whole batches of ``batch_size`` items.
+
+        A kind that cannot follow a batching slot at all reports its ``kind``. The default refuses
+        nothing.
+        """
+        return []
+
     @model_validator(mode="before")
     @classmethod
     def _one_name_per_field(cls, data: Any) -> Any:

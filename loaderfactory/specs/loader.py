@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
@@ -39,6 +39,32 @@ class TorchLoaderSpec(Spec):
     """Start method of the workers; needs workers."""
     seed: Seed | None = None
     """Shuffle seed; null falls back to the root `seed`."""
+
+    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
+        problems: list[tuple[str, str, Any]] = []
+        if self.shuffle:
+            problems.append(("shuffle", "the queue already samples at random; set it to false", True))
+        if self.drop_last:
+            problems.append(("drop_last", "the queue yields whole batches; set it to false", True))
+        if self.num_workers > 0:
+            problems.append(
+                (
+                    "num_workers",
+                    "the queue loads with its own workers (queue.num_workers); DataLoader workers would "
+                    "each copy the whole queue: set it to 0",
+                    self.num_workers,
+                )
+            )
+        if batch_size is not None and "batch_size" in self.model_fields_set and self.batch_size != batch_size:
+            problems.append(
+                (
+                    "batch_size",
+                    f"the queue draws the batches (queue.batch_size={batch_size}); set queue.batch_size "
+                    "instead (the torch preset follows it)",
+                    self.batch_size,
+                )
+            )
+        return problems
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from loaderfactory.specs.base import Count, Milliseconds, Seed, Spec
+from loaderfactory.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.specs.loader import TorchLoaderSpec
 from loaderfactory.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
 
@@ -49,6 +49,15 @@ class LoaderSpec(Spec):
     seed: Seed | None = None
     """Seeds every component that takes a seed and has none of its own."""
     run: RunSpec = Field(default_factory=RunSpec)
+
+    @model_validator(mode="after")
+    def _loader_fits_the_queue(self) -> LoaderSpec:
+        if self.queue is None:
+            return self
+        problems = self.loader.refuse_after_batches(getattr(self.queue, "batch_size", None))
+        if problems:
+            raise broken_rules(type(self).__name__, [(f"loader.{f}", m, v) for f, m, v in problems])
+        return self
 
     def slot(self, name: str) -> Any:
         """The spec in slot ``name`` (``None`` for an empty optional slot)."""

@@ -24,6 +24,11 @@ def _fail(title: str, loc: tuple[str | int, ...], kind: str, message: str, value
 def spec_class_for(table: registry.Table, value: dict[str, Any]) -> type[Spec]:
     """The spec class ``value`` asks for; raises ``ValidationError`` located at ``kind``."""
     registry.load_plugins()
+    if table == "dataset" and "_target_" in value and "kind" in value:
+        message = (
+            "give either 'kind' or '_target_', not both (on the command line: ~dataset +dataset._target_=...)"
+        )
+        raise _fail(table, ("_target_",), RULE, message, value["_target_"])
     if table == "dataset" and "_target_" in value:
         from loaderfactory.specs.dataset import TargetDatasetSpec
 

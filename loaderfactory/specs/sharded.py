@@ -94,6 +94,16 @@ class ShardedLoaderSpec(WorkersSpec):
     timeout: Timeout = None
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
 
+    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
+        return [
+            (
+                "kind",
+                "sharded draws its own batches (and shards) from a map-style dataset, but the queue slot "
+                "already yields batches; drop the queue or use loader=torch after it",
+                "sharded",
+            )
+        ]
+
     @model_validator(mode="before")
     @classmethod
     def _thread_pool_alias(cls, data: Any) -> Any:
