@@ -26,7 +26,10 @@ class DictCollateSpec(Spec):
     keys: list[str] | None = Field(None, validation_alias=alias("keys", "key_filter"))
     """Keep only these keys; ``null`` keeps all."""
     stack_tensors: bool = True
+    """Stack tensors of equal shape; ``false`` gives lists of tensors."""
     convert_numpy: bool = Field(True, validation_alias=alias("convert_numpy", "convert_np"))
+    """Turn numpy arrays and scalars into tensors first."""
     convert_numbers: bool = True
+    """Turn Python numbers (not bools) into tensors first."""
     on_unstackable: Literal["warn", "error", "list"] = "warn"
     """Tensors of different shapes under one key: a list plus a warning, an error, or a list."""

@@ -27,22 +27,29 @@ class QueueDatasetSpec(Spec):
     mode: Literal["onsample", "always"] = "onsample"
     """``onsample``: each draw lets one new item in; ``always``: workers refill as fast as they load."""
     num_workers: PositiveInt = 1
+    """Loading workers that fill the queue."""
     worker_type: Literal["thread", "process"] = "thread"
+    """``thread`` suits loading that releases the GIL (I/O, C decoding); ``process`` uses shared memory."""
     capacity: PositiveInt | None = Field(None, validation_alias=alias("capacity", "q_maxlen"))
     """Most items held; ``null``: from the budget and ``avg_item_size`` (at most the dataset's length)."""
     ram_budget: RamBudget = Field(0.5, validation_alias=alias("ram_budget", "ram_use"))
-    """Fraction of available memory in (0, 1] or a size string like '2GiB' (``ram_use`` > 1: MB)."""
+    """Memory the held items may use; the seed's ``ram_use`` > 1 means MB."""
     avg_item_size: PositiveFloat | None = None
     """An item's size in MB; ``null`` measures items as they load."""
     wait_fill: StrictBool | PositiveInt = True
     """``true``: wait for a full queue before the first draw; an int: for that many items."""
     wait_fill_timeout: Timeout = 60.0
+    """Seconds ``wait_fill`` may take (then see ``on_fill_timeout``); ``null``: forever."""
     on_fill_timeout: Literal["raise", "warn"] = "raise"
+    """When ``wait_fill`` times out: raise a StallError, or warn and start drawing."""
     sample_transforms: Transforms = Field(None, validation_alias=alias("sample_transforms", "sample_tfm"))
+    """Applied to each drawn item; the stored item stays unchanged."""
     batch_transforms: Transforms = Field(None, validation_alias=alias("batch_transforms", "batch_tfm"))
+    """Applied to each collated batch."""
     preprocess: Transforms = Field(None, validation_alias=alias("preprocess", "preprocess_fn"))
     """Applied in the worker before an item enters the queue."""
     batch_size: BatchSize = Field(1, validation_alias=alias("batch_size", "bs"))
+    """Items per batch; the ``loader`` slot does not batch again."""
     collate: CollateRef | None = Field(None, validation_alias=alias("collate", "collate_fn"))
     """``null``: the ``dict`` collate."""
     log_sampling: bool = False
@@ -50,7 +57,9 @@ class QueueDatasetSpec(Spec):
     timeout: Timeout = None
     """Seconds a draw may wait for the workers before a StallError; ``null``: forever."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
+    """Start method of process workers; ``null``: the platform's default."""
     seed: Seed | None = None
+    """Seeds the index order, draws and transforms; ``null``: the root ``seed``, else random."""
 
     @model_validator(mode="before")
     @classmethod

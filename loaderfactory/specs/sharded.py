@@ -40,7 +40,9 @@ class DistributedSpec(Spec):
     """This process's place among data-parallel processes, given explicitly."""
 
     rank: NonNegativeInt
+    """This process's rank, counted from 0."""
     world_size: Count
+    """Number of data-parallel processes."""
 
     @model_validator(mode="after")
     def _rank_in_range(self) -> DistributedSpec:
@@ -69,30 +71,51 @@ Distributed = Annotated[Literal["auto", "off"] | DistributedSpec, WrapValidator(
 
 class ShardedLoaderSpec(WorkersSpec):
     """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
+    The seed's ``thread_pool: true/false`` is accepted for ``worker_type: thread/process``.
 
-    Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
-    worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
-    when the loader is built; ``off`` loads everything in this process; ``{rank, world_size}``
-    says it explicitly. ``balance`` gives every rank the same steps per epoch: ``pad`` (wrap
-    around), ``drop`` (skip the last few) or ``uneven`` (neither; needs ``Join`` in training).
+        Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
+        worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
+        when the loader is built; ``off`` loads everything in this process; ``{rank, world_size}``
+        says it explicitly. ``balance`` gives every rank the same steps per epoch: ``pad`` (wrap
+        around), ``drop`` (skip the last few) or ``uneven`` (neither; needs ``Join`` in training).
     """
 
     kind: Literal["sharded"] = "sharded"
+    # WorkersSpec's fields again, unchanged, to document them for this kind
+    num_workers: NonNegativeInt = 0
+    """Background workers; 0 loads in the consumer's thread."""
+    worker_type: Literal["thread", "process"] = "process"
+    """``process``: forked, shared-memory batches; ``thread``: shares the dataset (``thread_pool: true``)."""
     batch_size: BatchSize | None = Field(None, validation_alias=alias("batch_size", "bs"))
+    """Indices per batch; required unless ``batch_sampler`` is set."""
     shuffle: bool = False
+    """A new order every epoch, seeded by (``seed``, epoch), the same on every rank."""
     sampler: SamplerTargetSpec | None = None
+    """Gives the index order (its ``set_epoch`` is called each epoch); excludes ``shuffle``."""
     last_batch: Literal["keep", "discard", "rollover"] = "keep"
+    """The rest that fills no whole step: yield it short, drop it, or carry it into the next epoch."""
     batch_sampler: SamplerTargetSpec | None = None
+    """Yields whole steps (index lists, or one list per shard); excludes the batching fields."""
     collate: CollateRef | None = Field(None, validation_alias=alias("collate", "batchify_fn"))
+    """Merges a list of items into a batch; ``null``: torch's ``default_collate``."""
     pin_memory: bool = False
+    """Pin batches for fast host-to-device copies; a no-op without an accelerator."""
     prefetch: Count | None = None
+    """Steps in flight at most; ``null``: 2 per worker. Needs workers."""
     num_shards: Count = 1
+    """Batches per step; > 1 yields a list of that many (one per device, say)."""
     seed: Seed | None = None
+    """Seeds the shuffle and the workers; ``null``: the root ``seed``, else random alone, 0 across ranks."""
     distributed: Distributed = "auto"
+    """``auto``: torch.distributed or torchrun's environment at build; ``off``: one process; or explicit."""
     balance: Literal["pad", "drop", "uneven"] = "pad"
+    """Equal steps per rank: ``pad`` wraps around, ``drop`` skips the last few, ``uneven`` needs ``Join``."""
     persistent_workers: bool = False
+    """Keep the workers between complete epochs; needs workers."""
     timeout: Timeout = None
+    """Seconds to wait for a worker's batch before a StallError; ``null``: forever. Needs workers."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
+    """Start method of process workers; ``null``: ``fork`` where available."""
 
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         return [

@@ -20,10 +20,15 @@ class StreamWrapperSpec(Spec):
 
     kind: Literal["epochs"] = "epochs"
     buffer_size: NonNegativeInt = Field(0, validation_alias=alias("buffer_size", "buffer"))
+    """Batches produced ahead on a background thread; 0 produces on the consumer's thread."""
     epoch_size: int = Field(-1, ge=-1, validation_alias=alias("epoch_size", "epoch_len"))
+    """Batches per epoch; ≤ 0: one pass of the loader."""
     name: str = Field("stream", min_length=1)
+    """Names the producer thread, the report entry and error messages."""
     timeout: Timeout = None
+    """Seconds to wait for the next buffered batch before a StallError; ``null``: forever. Needs a buffer."""
     gated: bool = False
+    """Produce only while the consumer waits or holds ``allow_buffering``; needs a buffer."""
 
     @model_validator(mode="after")
     def _thread_options_need_a_buffer(self) -> StreamWrapperSpec:

@@ -30,8 +30,11 @@ class ComposeSpec(Spec):
 
     kind: Literal["compose"] = "compose"
     transforms: list[TransformRef] = Field(min_length=1)
+    """Applied in order to each item."""
     apply_on: list[str] | None = None
+    """Keys for every built-in child, replacing their own; ``null`` keeps each child's."""
     p: Probability = 1.0
+    """Probability of applying the whole chain on a call."""
 
 
 class RandFlipSpec(Spec):
@@ -39,8 +42,11 @@ class RandFlipSpec(Spec):
 
     kind: Literal["rand_flip"] = "rand_flip"
     dims: list[int] = Field(default_factory=lambda: [-3, -2, -1])
+    """Dims that may flip, negative (counted from the end)."""
     apply_on: list[str] | None = None
+    """Keys to transform; ``null``: every tensor it can handle."""
     p: Probability = Field(0.5, validation_alias=alias("p", "flip_probability"))
+    """Probability of flipping each dim, drawn independently per dim."""
 
     @field_validator("dims")
     @classmethod
@@ -53,8 +59,11 @@ class RandPermuteSpec(Spec):
 
     kind: Literal["rand_permute"] = "rand_permute"
     dims: list[int] = Field(default_factory=lambda: [-3, -2, -1])
+    """Dims whose order is shuffled, negative (counted from the end)."""
     apply_on: list[str] | None = None
+    """Keys to transform; ``null``: every tensor it can handle."""
     p: Probability = 1.0
+    """Probability of permuting at all on a call."""
 
     @field_validator("dims")
     @classmethod
@@ -67,9 +76,13 @@ class GaussianNoiseSpec(Spec):
 
     kind: Literal["gaussian_noise"] = "gaussian_noise"
     std: NonNegativeFloat = Field(0.01, validation_alias=alias("std", "std_deviation"))
+    """Standard deviation of the noise."""
     mean: float = 0.0
+    """Mean of the noise."""
     apply_on: list[str] | None = None
+    """Keys to transform; ``null``: every float tensor."""
     p: Probability = 1.0
+    """Probability of adding noise on a call."""
 
 
 class NormalizeSpec(Spec):
@@ -80,10 +93,15 @@ class NormalizeSpec(Spec):
 
     kind: Literal["normalize"] = "normalize"
     mean: float | list[float] | None = None
+    """Subtracted: one value, one per channel, or ``null`` for each tensor's own mean."""
     std: PositiveFloat | list[PositiveFloat] | None = None
+    """Divided by (plus ``eps``): one value, one per channel, or ``null`` for the tensor's own."""
     channel_dim: int = 0
+    """Dim the per-channel lists run along (0 for samples, 1 in batch transforms)."""
     eps: PositiveFloat = 1e-8
+    """Added to the std so a constant tensor does not divide by zero."""
     apply_on: list[str] | None = None
+    """Keys to transform; ``null``: every float tensor."""
 
 
 class RandomCropSpec(Spec):
@@ -91,7 +109,9 @@ class RandomCropSpec(Spec):
 
     kind: Literal["random_crop"] = "random_crop"
     size: list[PositiveInt] = Field(min_length=1)
+    """Crop size of the trailing dims, one entry per dim."""
     apply_on: list[str] | None = None
+    """Keys to crop, all alike; ``null``: every tensor with enough dims."""
 
 
 class ToDtypeSpec(Spec):
@@ -99,4 +119,6 @@ class ToDtypeSpec(Spec):
 
     kind: Literal["to_dtype"] = "to_dtype"
     dtype: DType
+    """torch dtype name to convert to."""
     apply_on: list[str] | None = None
+    """Keys to transform; ``null``: every tensor it can handle."""
