@@ -12,7 +12,7 @@ from typing import Any
 from loaderfactory.components.batch_utils import batch_length
 from loaderfactory.components.lifecycle import close_component
 from loaderfactory.components.state import UPSTREAM
-from loaderfactory.errors import ResumeError
+from loaderfactory.errors import ConfigError, ConfigProblem, ResumeError
 from loaderfactory.stats import LoaderStats
 
 STATE_FORMAT = "loaderfactory.state/1"
@@ -92,6 +92,9 @@ class Loader:
                     batch = next(iterator)
                 except StopIteration:
                     break
+                except ConfigError as err:
+                    # A limit only the data can break (an item bigger than the queue's RAM budget).
+                    raise self._located(err) from err
                 stats.record(clock() - before, batch_length(batch))
                 self.batches_in_epoch += 1
                 yield batch
@@ -102,6 +105,17 @@ class Loader:
             if callable(close):
                 close()
             del iterator
+
+    def _located(self, err: ConfigError) -> ConfigError:
+        """``err`` with each path that names a field of exactly one slot's spec prefixed by that slot."""
+        slots = {slot: getattr(self.spec, slot, None) for slot in self._components} if self.spec else {}
+        problems = []
+        for problem in err.problems:
+            field = problem.path.split(".")[0]
+            owners = [s for s, spec in slots.items() if field in getattr(type(spec), "model_fields", {})]
+            path = f"{owners[0]}.{problem.path}" if len(owners) == 1 and field not in slots else problem.path
+            problems.append(ConfigProblem(path, problem.message))
+        return ConfigError(problems)
 
     def telemetry(self) -> dict[str, Any]:
         """The stats summary plus what each component reports through its own ``telemetry()``."""

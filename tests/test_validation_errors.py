@@ -243,7 +243,7 @@ BAD_CONFIGS = [
     pytest.param(
         {},
         ["dataset"],
-        r"missing; choose a kind \(_target_, synthetic, tensor_folder.*\) or pass dataset=",
+        r"missing; choose a kind \(synthetic, tensor_folder.*\), give a _target_, or pass dataset=",
         id="no_dataset",
     ),
     pytest.param(

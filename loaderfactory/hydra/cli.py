@@ -17,6 +17,7 @@ from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
+from hydra.types import RunMode
 from omegaconf import DictConfig
 
 from loaderfactory.errors import ConfigError
@@ -30,30 +31,25 @@ from loaderfactory.validation import validate
 
 
 def run_app(cfg: DictConfig) -> dict[str, Any] | None:
-    """The Hydra task: validate, then run or stop as ``run.mode`` says. Returns the report."""
-    try:
-        spec = validate(cfg)
-    except ConfigError as err:
-        print(f"loaderfactory: invalid config\n{err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    if spec.run.mode == "schema":
+    """The Hydra task: validate, then run or stop as ``run.mode`` says. Returns the report.
+
+    A config mistake prints every problem and exits 2; in a ``-m`` sweep it fails that job only,
+    records the problems in the job's report, and the sweep goes on.
+    """
+    if cfg.get("run", {}).get("mode") == "schema":
         print(json.dumps(json_schema(), indent=2))
         return None
-    if spec.run.mode == "validate":
-        slots = ", ".join(
-            f"{s}={getattr(spec.slot(s), 'kind', 'custom')}"
-            for s in ("dataset", "queue", "loader", "stream", "prefetch")
-            if spec.slot(s) is not None
-        )
-        print(f"config OK: {slots}")
-        return None
     try:
+        spec = validate(cfg)
+        if spec.run.mode == "validate":
+            print(f"config OK: {_slots(spec)}")
+            return None
         loader = build_loader(spec)
+        with loader:
+            summary = consume(loader, spec)
     except ConfigError as err:
-        print(f"loaderfactory: invalid config\n{err}", file=sys.stderr)
-        raise SystemExit(2) from None
-    with loader:
-        summary = consume(loader, spec)
+        _refuse(err)
+        return None
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     summary["config"] = spec.model_dump(mode="json", by_alias=True)
     write_report(summary, out_dir / spec.run.report)
@@ -63,6 +59,22 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
     print(format_report(summary))
     print(f"report: {out_dir / spec.run.report}")
     return summary
+
+
+def _slots(spec: LoaderSpec) -> str:
+    present = [s for s in ("dataset", "queue", "loader", "stream", "prefetch") if spec.slot(s) is not None]
+    return ", ".join(f"{s}={getattr(spec.slot(s), 'kind', 'custom')}" for s in present)
+
+
+def _refuse(err: ConfigError) -> None:
+    print(f"loaderfactory: invalid config\n{err}", file=sys.stderr)
+    hydra_cfg = HydraConfig.get()
+    if hydra_cfg.mode != RunMode.MULTIRUN:
+        raise SystemExit(2) from None
+    errors = [{"path": p.path, "message": p.message} for p in err.problems]
+    write_report(
+        {"error": "invalid config", "problems": errors}, Path(hydra_cfg.runtime.output_dir) / "report.json"
+    )
 
 
 def write_plots(loader: Loader, out_dir: Path) -> list[Path]:

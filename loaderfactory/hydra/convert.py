@@ -29,6 +29,10 @@ def to_plain(config: Any) -> Any:
         config = OmegaConf.create(config)
     if isinstance(config, DictConfig | ListConfig):
         try:
+            missing = sorted(OmegaConf.missing_keys(config))
+            if missing:
+                message = "is '???' (mandatory) and was never set; set it in the YAML or on the command line"
+                raise ConfigError([ConfigProblem(key, message) for key in missing])
             return OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
         except MissingMandatoryValue as err:
             raise ConfigError(
@@ -38,10 +42,18 @@ def to_plain(config: Any) -> Any:
                 )
             ) from err
         except InterpolationResolutionError as err:
-            raise ConfigError(ConfigProblem(_key(err), f"interpolation failed: {err.msg}")) from err
+            reason = str(err.msg).split("\n")[0]  # OmegaConf appends its own full_key/object_type lines
+            raise ConfigError(ConfigProblem(_key(err), f"interpolation failed: {reason}")) from err
         except OmegaConfBaseException as err:
             raise ConfigError(ConfigProblem(_key(err), str(err))) from err
     return config
+
+
+def node_path(config: Any) -> str:
+    """The dotted path of an OmegaConf node inside its root (``"data"`` for ``cfg.data``), else ``""``."""
+    if isinstance(config, DictConfig | ListConfig) and config._get_parent() is not None:
+        return str(config._get_full_key(None))
+    return ""
 
 
 def _key(err: OmegaConfBaseException) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from loaderfactory.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.specs.loader import TorchLoaderSpec
@@ -27,10 +27,17 @@ class RunSpec(Spec):
     """A simulated training step: the consumer sleeps this long per batch."""
     progress: bool = True
     """Show a tqdm progress bar on stderr."""
-    report: str = Field("report.json", min_length=1, pattern=r"^[^/\\]+$")
+    report: str = "report.json"
     """File name of the JSON report, in Hydra's output directory."""
     plots: bool = True
     """Save PNG plots (consumer-wait histogram, and what components draw) beside the report."""
+
+    @field_validator("report")
+    @classmethod
+    def _plain_file_name(cls, name: str) -> str:
+        if not name or "/" in name or "\\" in name or name in (".", ".."):
+            raise ValueError(f"must be a file name (it is written in Hydra's output directory), got {name!r}")
+        return name
 
 
 class LoaderSpec(Spec):
