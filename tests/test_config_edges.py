@@ -119,3 +119,35 @@ def test_a_sweep_goes_on_past_an_invalid_point(tmp_path: Path) -> None:
     failed = json.loads((tmp_path / "0" / "report.json").read_text())
     assert failed["problems"][0]["path"] == "loader.batch_size"
     assert json.loads((tmp_path / "1" / "report.json").read_text())["batches"] == 2
+
+
+def test_a_plain_transform_with_an_option_is_not_handed_the_generator() -> None:
+    """`f(item, factor=2.0)` is called as `f(item)`: only a required second argument gets the generator."""
+    from loaderfactory.components.transforms import takes_generator
+
+    def scale(item: dict[str, Any], factor: float = 2.0) -> dict[str, Any]:
+        return item
+
+    def seeded(item: dict[str, Any], generator: Any) -> dict[str, Any]:
+        return item
+
+    assert not takes_generator(scale)
+    assert takes_generator(seeded)
+
+
+def test_len_of_a_resumed_torch_loader_is_what_the_pass_yields() -> None:
+    """A torch loader restored mid-epoch reports the batches it will really yield."""
+    from loaderfactory.components.datasets import SyntheticDataset
+    from loaderfactory.components.torch_loader import ResumableDataLoader
+
+    dataset = SyntheticDataset(40, {"x": {"shape": [1]}})
+    first = ResumableDataLoader(dataset, batch_size=4, shuffle=True, seed=0)
+    batches = iter(first)
+    for _ in range(3):
+        next(batches)
+    state = first.state_dict()
+    second = ResumableDataLoader(dataset, batch_size=4, shuffle=True, seed=0)
+    second.load_state_dict(state)
+    assert len(second) == 7
+    assert sum(1 for _ in second) == 7
+    assert len(second) == 10

@@ -77,6 +77,9 @@ class ResumableDataLoader(DataLoader[Any]):
     loader restored from it yields exactly the rest of that epoch and then the next ones.
     Shuffling without a ``seed`` draws one at random and records it in the state.
 
+    Exactness needs the data to be a function of the index (as with seeded per-item randomness):
+    the global random streams inside worker processes are not part of the state.
+
     A map-style dataset is resumed by the sampler; an iterable dataset keeps its own position
     (its slot restores it) and can only be resumed without worker processes, which would hold
     its position out of reach.
@@ -141,6 +144,15 @@ class ResumableDataLoader(DataLoader[Any]):
             self._sampler.start = position
         self.generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, salt=1))
         return _count(weakref.ref(self), self._token, super().__iter__())
+
+    def __len__(self) -> int:
+        """Batches this pass yields: a resumed pass skips those delivered before the state was saved."""
+        total = super().__len__()
+        if self._sampler is None:
+            return total
+        if self._pending is not None:
+            return total - self._pending[1]
+        return total - self._sampler.start if self._active else total
 
     def _delivered(self, token: int) -> None:
         if token == self._token:

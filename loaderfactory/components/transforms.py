@@ -97,14 +97,18 @@ def takes_generator(fn: Callable[..., Any]) -> bool:
         parameters = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
         return False
-    kinds = [p.kind for p in parameters]
+    params = list(parameters)
     positional = [
-        k for k in kinds if k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        p
+        for p in params
+        if p.kind in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
     ]
+    # ``f(item, factor=2.0)`` is a plain transform with an option, not ``f(item, generator)``.
+    second_required = len(positional) >= 2 and positional[1].default is inspect.Parameter.empty
     return (
-        any(p.name == "generator" for p in parameters)
-        or len(positional) >= 2
-        or inspect.Parameter.VAR_POSITIONAL in kinds
+        any(p.name == "generator" for p in params)
+        or second_required
+        or any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params)
     )
 
 
