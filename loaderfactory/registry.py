@@ -94,10 +94,11 @@ def lookup(table: Table, kind: str, path: str = "") -> Entry:
 
 def unknown_kind_message(table: Table, kind: object) -> str:
     """``unknown kind 'thred'. Did you mean 'thread'? Known: thread``."""
-    known = sorted(_tables[table])
+    known = sorted(k for k in _tables[table] if not k.startswith("_"))  # `_target_` is not a kind
     guess = difflib.get_close_matches(str(kind), known, n=1)
     hint = f" Did you mean {guess[0]!r}?" if guess else ""
-    return f"unknown {table} kind {kind!r}.{hint} Known: {', '.join(known) or '(none)'}"
+    extra = " (or give a _target_ instead of a kind)" if "_target_" in _tables[table] else ""
+    return f"unknown {table} kind {kind!r}.{hint} Known: {', '.join(known) or '(none)'}{extra}"
 
 
 def load_plugins() -> None:
