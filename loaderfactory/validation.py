@@ -123,7 +123,7 @@ def _problem(error: ErrorDetails, loc: tuple[int | str, ...], data: dict[str, An
 
             guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
             hint = (f" Did you mean {guess[0]!r}?" if guess else "") + f" Allowed: {', '.join(allowed)}"
-        return ConfigProblem(path, f"unknown field (got {value!r}).{hint}")
+        return ConfigProblem(path, f"unknown field (got {value!r}).{hint}".rstrip("."))
     if kind == "missing":
         return ConfigProblem(path, "required, but missing")
     bounds = {

@@ -60,14 +60,14 @@ BAD_CONFIGS = [
     ),
     pytest.param(
         cfg(prefetch={"kind": "thread", "timeout": 1, "buffer_timeout": 2}),
-        ["prefetch"],
-        r"'timeout' and 'buffer_timeout' name the same field 'timeout'; give one",
+        ["prefetch.buffer_timeout"],
+        r"names the same field as 'timeout'; give only one of them",
         id="alias_and_name_timeout",
     ),
     pytest.param(
         cfg(loader={"kind": "torch", "batch_size": 4, "bs": 4}),
-        ["loader"],
-        r"'batch_size' and 'bs' name the same field 'batch_size'",
+        ["loader.bs"],
+        r"names the same field as 'batch_size'; give only one of them",
         id="alias_and_name_batch_size",
     ),
     pytest.param(

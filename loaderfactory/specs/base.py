@@ -102,6 +102,18 @@ class Spec(BaseModel):
         """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess."""
         if not isinstance(data, dict):
             return data
+        problems = []
+        for field in cls.model_fields.values():
+            choices = field.validation_alias
+            if isinstance(choices, AliasChoices):
+                given = [c for c in choices.choices if isinstance(c, str) and c in data]
+                problems += [
+                    (other, f"names the same field as {given[0]!r}; give only one of them", data[other])
+                    for other in given[1:]
+                ]
+        if problems:
+            raise broken_rules(cls.__name__, problems)
+        return data
         for name, field in cls.model_fields.items():
             choices = field.validation_alias
             if isinstance(choices, AliasChoices):
