@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from pydantic import AliasChoices
+
 from loaderfactory import registry
-from loaderfactory.specs.pipeline import LoaderSpec, RunSpec
+from loaderfactory.specs.base import Spec
+from loaderfactory.specs.pipeline import HYDRA_KEYS, LoaderSpec, RunSpec
 
 
 def json_schema() -> dict[str, Any]:
@@ -18,7 +21,7 @@ def json_schema() -> dict[str, Any]:
             spec = registry.lookup(table, kind).spec
             schema = spec.model_json_schema(ref_template="#/$defs/{model}")
             definitions.update(schema.pop("$defs", {}))
-            definitions[spec.__name__] = schema
+            definitions[spec.__name__] = _with_aliases_and_kind(spec, schema)
             options.append({"$ref": f"#/$defs/{spec.__name__}"})
         if not options:  # nothing registered in this table: only null is valid
             if table in registry.SLOTS:
@@ -33,10 +36,27 @@ def json_schema() -> dict[str, Any]:
     definitions.update(run.pop("$defs", {}))
     properties["run"] = run
     properties["seed"] = {"anyOf": [{"type": "integer", "minimum": 0}, {"type": "null"}]}
+    for key in HYDRA_KEYS:  # what hydra.utils.instantiate reads on the root node
+        properties[key] = {"type": ["string", "boolean"]}
     return {
         "$schema": "https://json-schema.org/draft/2020-12/schema",
         "title": "loaderfactory config",
         "type": "object",
         "properties": properties,
+        "additionalProperties": False,
         "$defs": definitions,
     }
+
+
+def _with_aliases_and_kind(spec: type[Spec], schema: dict[str, Any]) -> dict[str, Any]:
+    """The seeds' names are valid keys too, and ``kind`` is what picks the spec, so it is required."""
+    properties = schema.get("properties", {})
+    for name, field in spec.model_fields.items():
+        choices = field.validation_alias
+        if isinstance(choices, AliasChoices) and name in properties:
+            for alias in choices.choices:
+                if isinstance(alias, str) and alias != name:
+                    properties.setdefault(alias, properties[name])
+    if "kind" in properties:
+        schema["required"] = sorted({*schema.get("required", []), "kind"})
+    return schema

@@ -151,3 +151,22 @@ def test_len_of_a_resumed_torch_loader_is_what_the_pass_yields() -> None:
     assert len(second) == 7
     assert sum(1 for _ in second) == 7
     assert len(second) == 10
+
+
+def test_the_json_schema_accepts_every_shipped_preset_and_refuses_unknown_keys() -> None:
+    """Editors using the schema agree with `validate`: presets pass, aliases pass, typos at the root fail."""
+    jsonschema = pytest.importorskip("jsonschema")
+    from loaderfactory.schema import json_schema
+
+    checker = jsonschema.Draft202012Validator(json_schema())
+    conf = Path(__file__).resolve().parent.parent / "conf"
+    for group in ("queue", "loader", "stream", "prefetch"):
+        for preset in sorted(p.stem for p in (conf / group).glob("*.yaml")):
+            overrides = [f"{group}={preset}"] + (["dataset=volumes"] if group == "queue" else [])
+            config = OmegaConf.to_container(compose(overrides), resolve=True)
+            assert not list(checker.iter_errors(config)), (group, preset)
+    plain = OmegaConf.to_container(compose([]), resolve=True)
+    assert isinstance(plain, dict)
+    assert not list(checker.iter_errors({**plain, "loader": {"kind": "torch", "bs": 4}}))
+    assert list(checker.iter_errors({**plain, "bogus": 1}))
+    assert list(checker.iter_errors({**plain, "loader": {"batch_size": 4}}))  # no kind

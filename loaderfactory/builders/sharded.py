@@ -25,9 +25,21 @@ def detect_distributed() -> tuple[int, int]:
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
     rank, world_size = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is not None and world_size is not None:
-        return int(rank), int(world_size)
-    return 0, 1
+    if rank is None or world_size is None:
+        return 0, 1
+    try:
+        found = int(rank), int(world_size)
+    except ValueError:
+        found = (-1, 0)
+    if not (found[1] >= 1 and 0 <= found[0] < found[1]):
+        raise ConfigError(
+            ConfigProblem(
+                "loader.distributed",
+                f"auto reads RANK={rank!r} and WORLD_SIZE={world_size!r} from the environment, which are not "
+                "a rank in [0, world_size); fix them, or set distributed to off or {rank, world_size}",
+            )
+        )
+    return found
 
 
 def resolve_distributed(setting: str | DistributedSpec) -> tuple[int, int]:

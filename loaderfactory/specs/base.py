@@ -17,6 +17,7 @@ from pydantic import (
     Field,
     NonNegativeInt,
     ValidationError,
+    WithJsonSchema,
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
@@ -148,5 +149,11 @@ def _ram_budget(value: Any) -> Any:
     return float(value)
 
 
-RamBudget = Annotated[float | int, BeforeValidator(_ram_budget)]
+_RAM_BUDGET_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"},
+    ]
+}
+RamBudget = Annotated[float | int, BeforeValidator(_ram_budget), WithJsonSchema(_RAM_BUDGET_SCHEMA)]
 """A float in (0, 1] is a fraction of available memory; an int is bytes (parsed from ``"2GiB"``)."""
