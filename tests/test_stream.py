@@ -131,23 +131,63 @@ def test_producer_exception_keeps_its_type_and_traceback(buffer_size: int) -> No
 
 
 def test_stall_raises_a_timeout_error_naming_the_stream() -> None:
-    """A buffered stream whose source hangs raises StallError (a TimeoutError) naming it."""
+    """A stuck source raises StallError naming the stream at its deadline, not after joining the producer."""
     release = threading.Event()
 
     def hanging() -> Iterator[int]:
         yield 1
-        release.wait(10)
+        release.wait(30)
 
     stream = StreamWrapper(hanging, buffer_size=1, timeout=0.2, name="slow")
     try:
         it = iter(stream)
         assert next(it) == 1
+        started = time.monotonic()
         with pytest.raises(StallError, match=r"stream 'slow': no batch for 0\.2 s") as info:
             next(it)
+        waited = time.monotonic() - started
         assert isinstance(info.value, TimeoutError)
+        assert waited < 3.0  # the deadline plus slack; joining the stuck producer took 10 s
+        assert _threads("slow")  # left to exit on its own when its source returns
+        stream.close()  # nothing left to join
+        assert time.monotonic() - started < 3.0
     finally:
         release.set()
-        stream.close()
+    assert _wait_for(lambda: not _threads("slow"))
+    assert list(stream) == [1]  # the rest of the epoch, from a fresh stream
+
+
+class _FailsOnce:
+    """A stream factory whose first stream raises after one batch; later ones are whole."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self) -> Iterator[str]:
+        self.calls += 1
+        return self._stream(self.calls == 1)
+
+    @staticmethod
+    def _stream(fail: bool) -> Iterator[str]:
+        yield "a"
+        if fail:
+            raise OSError("transient")
+        yield "b"
+
+
+@pytest.mark.parametrize("epoch_size", [-1, 3])
+def test_after_a_producer_exception_the_next_epoch_is_fresh(epoch_size: int) -> None:
+    """After the stream raised, the next epoch starts a fresh stream, buffered or not alike."""
+    runs = []
+    for buffer_size in (0, 2):
+        with StreamWrapper(_FailsOnce(), buffer_size=buffer_size, epoch_size=epoch_size) as stream:
+            with pytest.raises(OSError, match="transient"):
+                list(stream)
+            runs.append(([list(stream) for _ in range(2)], stream.epoch))
+        assert not _threads()
+    assert runs[0] == runs[1]
+    expected = [["a", "b"], ["a", "b"]] if epoch_size <= 0 else [["a", "b"], ["a", "b", "a"]]
+    assert runs[0] == (expected, 2)
 
 
 def test_producer_starts_on_first_batch_and_stops_on_close_without_with() -> None:
@@ -255,3 +295,73 @@ def test_loader_reports_the_stream() -> None:
         report = loader.telemetry()
     assert batches[:5] == [[0, 1, 2], [3, 4, 5], [6, 7, 8], [9], [0, 1, 2]]
     assert report["components"]["stream"]["batches"] == 10
+
+
+def _draw(stream: StreamWrapper, count: int) -> tuple[list[int], dict[str, Any]]:
+    """Take ``count`` batches across epochs without abandoning the stream; return them and the state."""
+    got: list[int] = []
+    it = iter(stream)
+    while len(got) < count:
+        try:
+            got.append(next(it))
+        except StopIteration:
+            it = iter(stream)
+    return got, json.loads(json.dumps(stream.state_dict()))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    length=st.integers(1, 6),
+    epoch_size=st.sampled_from([-1, 1, 2, 4, 7]),
+    buffer_size=st.sampled_from([0, 2]),
+    first=st.integers(0, 12),
+    second=st.integers(0, 12),
+)
+def test_standalone_stream_resumes_twice(
+    length: int, epoch_size: int, buffer_size: int, first: int, second: int
+) -> None:
+    """Saved, restored, advanced and saved again, a stream on its own still yields exactly the rest."""
+
+    def build() -> StreamWrapper:
+        return StreamWrapper(_Sized(length), buffer_size=buffer_size, epoch_size=epoch_size)
+
+    size = epoch_size if epoch_size > 0 else length
+    flat = [i % length for i in range(first + second + 2 * size)]  # epochs cut the cycled stream
+    with build() as stream:
+        got, state = _draw(stream, first)
+    with build() as stream:
+        stream.load_state_dict(state)
+        more, state = _draw(stream, second)
+    done = first + second
+    assert got + more == flat[:done]
+    end = done if done and done % size == 0 else (done // size + 1) * size  # of the epoch under way
+    with build() as restored:
+        restored.load_state_dict(state)
+        assert restored.state_dict() == state
+        assert list(restored) == flat[done:end]
+        assert list(restored) == flat[end : end + size]
+        assert restored.epoch == end // size + 1
+
+
+@pytest.mark.parametrize("buffer_size", [0, 2])
+def test_state_after_an_early_break_resumes_like_the_original(buffer_size: int) -> None:
+    """After a break the next epoch restarts the stream; a state saved then or later resumes in step."""
+
+    def build() -> StreamWrapper:
+        return StreamWrapper(_Sized(100), buffer_size=buffer_size, epoch_size=10)
+
+    with build() as stream:
+        for batch in stream:
+            if batch == 2:
+                break
+        at_break = stream.state_dict()
+        assert list(stream) == list(range(7))  # the rest of the epoch, from a fresh stream
+        later = stream.state_dict()
+        expected = [list(stream) for _ in range(2)]
+    assert expected == [list(range(7, 17)), list(range(17, 27))]
+    with build() as restored:
+        restored.load_state_dict(at_break)
+        assert list(restored) == list(range(7))
+    with build() as restored:
+        restored.load_state_dict(later)
+        assert [list(restored) for _ in range(2)] == expected

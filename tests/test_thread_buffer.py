@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import gc
 import itertools
+import json
 import math
 import threading
 import time
 import traceback
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 import torch
@@ -343,3 +345,45 @@ def test_thread_data_loader_stall_timeout() -> None:
         next(it)
     release.set()
     assert wait_for_no_buffer_threads("ThreadDataLoader") == []
+
+
+# --- resume -------------------------------------------------------------------------------------
+
+
+def _take_and_save(
+    buffer: ThreadBuffer[int], state: dict[str, Any] | None, count: int
+) -> tuple[list[int], dict[str, Any]]:
+    """Restore ``state`` (if any), take ``count`` items of a pass, return them and the state then."""
+    if state is not None:
+        buffer.load_state_dict(state)
+    it = iter(buffer)
+    got = [next(it) for _ in range(count)]
+    saved = json.loads(json.dumps(buffer.state_dict()))
+    buffer.close()
+    return got, saved
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(length=st.integers(1, 6), repeats=st.integers(1, 3), data=st.data())
+def test_resuming_twice_yields_exactly_the_rest(length: int, repeats: int, data: st.DataObject) -> None:
+    """Saved, restored, advanced (mid-echo or not) and saved again, a buffer still resumes exactly."""
+    reference = [x for x in range(length) for _ in range(repeats)]
+    first = data.draw(st.integers(0, len(reference)), label="first")
+    second = data.draw(st.integers(0, len(reference) - first), label="second")
+    got, state = _take_and_save(ThreadBuffer(range(length), buffer_size=2, repeats=repeats), None, first)
+    more, state = _take_and_save(ThreadBuffer(range(length), buffer_size=2, repeats=repeats), state, second)
+    restored = ThreadBuffer(range(length), buffer_size=2, repeats=repeats)
+    restored.load_state_dict(state)
+    assert got + more + list(restored) == reference
+    assert list(restored) == reference  # the pass after the resumed one is whole
+
+
+def test_resuming_twice_inside_the_echoes_of_one_item() -> None:
+    """Two resumes inside the three echoes of one item yield its last echo, then the next items."""
+    _, state = _take_and_save(ThreadBuffer(range(3), repeats=3), None, 4)  # 0 0 0 1
+    assert state["echoes_done"] == 1
+    got, state = _take_and_save(ThreadBuffer(range(3), repeats=3), state, 1)  # 1
+    assert got == [1] and state["echoes_done"] == 2
+    restored = ThreadBuffer(range(3), repeats=3)
+    restored.load_state_dict(state)
+    assert list(restored) == [1, 2, 2, 2]

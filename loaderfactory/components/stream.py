@@ -111,10 +111,12 @@ class StreamWrapper:
     def _start(self) -> None:
         skip = 0
         pending, self._pending = self._pending, None
+        # A fresh stream starts at its first batch; a restored one goes on from the saved batch.
+        self._position = int(pending["position"]) if pending is not None else 0
         if pending is not None and self._upstream_state is None:
             # Standalone, nothing restored the stream: replay its pass. (In a Loader the slots
             # before were restored to where this stream's consumer stood.)
-            skip = int(pending["position"])
+            skip = self._position
         source = events(self.stream_fn, self.epoch_size, self.name, self._upstream_state, skip, self.timeline)
         if self.buffer_size == 0:
             self._source = source
@@ -141,7 +143,9 @@ class StreamWrapper:
         try:
             event = self._channel.get(self.timeout)
         except TimeoutError:
-            self.close()
+            # The producer is stuck inside its source: joining it would turn the deadline into
+            # a hang. Close its channel so it exits when the source returns, and raise now.
+            self._abandon_stuck()
             raise StallError(
                 f"stream {self.name!r}: no batch for {self.timeout} s (timeout); its source is "
                 "stuck or too slow: raise stream.timeout or check the slots before it"
@@ -149,8 +153,7 @@ class StreamWrapper:
         except ChannelClosed:
             raise StopIteration from None
         if isinstance(event, BaseException):
-            self.close()
-            raise event
+            raise event  # _take drops the stream
         return event  # type: ignore[no-any-return]  # the producer puts events and failures only
 
     def _take(self) -> Any:
@@ -163,6 +166,10 @@ class StreamWrapper:
                 kind, batch, state = self._next_event()
             except StopIteration:
                 self._drop_stream()
+                raise
+            except BaseException:
+                # A failed stream is over (buffered or not): the next epoch starts a fresh one.
+                self._abandon()
                 raise
             if kind == END:
                 self._position = 0
@@ -195,9 +202,29 @@ class StreamWrapper:
         self._finalizer = None
         self._channel = self._thread = None
 
+    def _abandon(self) -> None:
+        """Drop the stream before its end: the next batch comes from a fresh ``stream_fn()``."""
+        running = self._source is not None or self._channel is not None
+        self._drop_stream()
+        if running:
+            # The next stream_fn() starts at its first batch. The upstream snapshot stays: a
+            # Loader's state still says where this stream's consumer stood.
+            self._position = 0
+
+    def _abandon_stuck(self) -> None:
+        """Drop a stream whose producer is stuck in its source, without waiting for it."""
+        channel, self._channel, self._thread = self._channel, None, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = None
+        if channel is not None:
+            channel.close()
+        self._gate.wake()
+        self._position = 0
+
     def close(self) -> None:
         """Stop and join the producer thread, if any; safe to call twice."""
-        self._drop_stream()
+        self._abandon()
 
     def __enter__(self) -> StreamWrapper:
         return self
@@ -237,7 +264,7 @@ class StreamWrapper:
         check_matching(owner, state, {"epoch_size": self.epoch_size})
         self.close()
         self._epoch, self._in_epoch = int(state["epoch"]), int(state["in_epoch"])
-        self._position, self._snapshot = 0, None
+        self._position, self._snapshot = int(state["position"]), None
         self._pending = dict(state)
 
     # -- telemetry -----------------------------------------------------------------------------
@@ -258,7 +285,7 @@ class _Epoch:
 
     def __init__(self, owner: StreamWrapper) -> None:
         self._owner: StreamWrapper | None = owner
-        self._finalizer = weakref.finalize(self, owner._drop_stream)
+        self._finalizer = weakref.finalize(self, owner._abandon)
 
     def __iter__(self) -> _Epoch:
         return self

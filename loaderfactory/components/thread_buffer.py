@@ -246,20 +246,20 @@ class ThreadBuffer(Generic[T]):
         self._upstream_state = fn
 
     def _begin_pass(self) -> tuple[int, int]:
-        """Reset the consumer's position; returns (source items to replay and drop, echoes already had)."""
-        skip = partial = 0
+        """Start the consumer's counts (from a loaded state); returns (source items to drop, echoes had)."""
+        skip = consumed = done = 0
         pending, self._pending = self._pending, None
         if pending is not None:
             consumed, done = int(pending["consumed"]), int(pending["echoes_done"])
-            partial = done
             if self._upstream_state is None:
                 # Standalone, nothing restored the source: replay it, dropping what was delivered.
-                skip = (consumed - done) // self.repeats
-        self._consumed = 0
-        self._echoes_done = 0
+                skip = max(0, (consumed - done) // self.repeats)
+        # A restored pass goes on counting from the saved state, so saving it again resumes right.
+        self._consumed = consumed
+        self._echoes_done = done
         start = self._upstream_state() if self._upstream_state is not None else None
         self._state_before = self._state_after = start
-        return skip, partial
+        return skip, done
 
     def _finish_pass(self, state: dict[str, Any] | None) -> None:
         self._consumed = 0
