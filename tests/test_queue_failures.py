@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
+import subprocess
+import sys
 import time
 import traceback
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -151,3 +155,48 @@ def test_closing_while_a_worker_is_blocked_on_a_full_queue() -> None:
     q = QueueDataset(SyntheticDataset(32, FIELDS), capacity=2, num_workers=3, seed=0)
     q.wait_fill_queue()
     q.close()
+
+
+def test_worker_processes_exit_soon_after_their_parent_is_killed() -> None:
+    """Queue worker processes of a parent killed by SIGKILL (which cannot stop them) exit within seconds."""
+    code = """
+import time
+from loaderfactory.components.datasets import SyntheticDataset
+from loaderfactory.components.queue_dataset import QueueDataset
+dataset = SyntheticDataset(16, {"vol": {"shape": [8], "dtype": "float32"}})
+q = QueueDataset(dataset, epoch_size=5, num_workers=2, worker_type="process", capacity=4,
+                 multiprocessing_context="fork", seed=0)
+iterator = iter(q)
+next(iterator)
+print(" ".join(str(worker.process.pid) for worker in q._run.workers), flush=True)
+time.sleep(60)
+"""
+    root = Path(__file__).resolve().parents[1]
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2, "the parent did not report its workers"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        parent.stdout.close()
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [pid for pid in pids if _alive(pid)] == []
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        for pid in pids:
+            if _alive(pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

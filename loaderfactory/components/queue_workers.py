@@ -4,13 +4,16 @@ Thread workers load and put in one loop. A process worker loads in a child proce
 item over in shared memory (``torch.multiprocessing`` sends a tensor as a file descriptor, never its
 bytes); a proxy thread in the parent tells it which index to load next, waits on both its pipe and
 its process sentinel (so a killed child is noticed at once), and puts what arrives into the store.
-Either way a worker holds at most one loaded item outside the queue.
+Either way a worker holds at most one loaded item outside the queue. A worker process closes the
+parent's pipe ends it inherited and exits within about a second of its parent dying, even when
+the parent was killed by a signal.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 import pickle
 import signal
 import threading
@@ -35,6 +38,8 @@ JOIN_SECONDS = 10.0
 """How long ``close()`` waits for a thread stuck inside ``dataset[i]`` before leaving it behind."""
 STOP_GRACE_S = 5.0
 """How long a stopping worker process may take to finish its item before it is stopped by a signal."""
+PARENT_CHECK_S = 0.5
+"""How often an idle worker process checks that its parent is still alive."""
 
 
 class RemoteTraceback(Exception):
@@ -123,12 +128,38 @@ def _share(item: Any) -> Any:
     return item
 
 
-def _process_main(dataset: Any, preprocess: Preprocess, conn: Connection) -> None:
+def _wait_for_parent(conn: Connection, parent_pid: int) -> bool:
+    """Wait until ``conn`` has something to read: ``True``; ``False`` once the parent process is gone.
+
+    Watches the parent's sentinel where ``multiprocessing`` gives one, and checks every
+    ``PARENT_CHECK_S`` that this is still the child of ``parent_pid`` (an orphan is adopted).
+    """
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    watched: list[Any] = [conn] if sentinel is None else [conn, sentinel]
+    while True:
+        ready = wait(watched, PARENT_CHECK_S)
+        if conn in ready:
+            return True
+        if ready or os.getppid() != parent_pid:
+            return False
+
+
+def _process_main(
+    dataset: Any, preprocess: Preprocess, conn: Connection, inherited: list[Connection] | None = None
+) -> None:
     """Body of a worker process: load the index the parent sends, send the item back; ``None`` stops."""
+    # A forked worker holds copies of every queue worker's pipe ends: close all but its own, so
+    # its pipe breaks once the parent (the only other holder) is gone.
+    for other in inherited or ():
+        other.close()
+    parent_pid = os.getppid()
     torch.set_num_threads(1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     while True:
         try:
+            if not _wait_for_parent(conn, parent_pid):
+                return
             index = conn.recv()
         except (EOFError, OSError):
             return
@@ -209,9 +240,12 @@ class ProcessWorker:
         ctx: Any = multiprocessing.get_context(context)  # BaseContext's stubs lack Process
         self._conn, child_conn = ctx.Pipe(duplex=True)
         self._child_conn: Connection | None = child_conn
+        self._forked = ctx.get_start_method() == "fork"
+        # Filled by start_workers before the fork (see inherit): the pipe ends the child must close.
+        self._inherited: list[Connection] = []
         self.process = ctx.Process(
             target=_process_main,
-            args=(dataset, preprocess, child_conn),
+            args=(dataset, preprocess, child_conn, self._inherited),
             name=f"loaderfactory-queue-worker-{number}",
             daemon=True,
         )
@@ -221,6 +255,19 @@ class ProcessWorker:
         self._thread = threading.Thread(
             target=self._proxy, name=f"loaderfactory-queue-proxy-{number}", daemon=True
         )
+
+    def inherit(self, workers: list[ProcessWorker]) -> None:
+        """Have the child close, once forked, every pipe end of ``workers`` but its own child end.
+
+        Only a forked child inherits them (spawn and forkserver start clean), and only there are
+        the connections handed over as they are rather than pickled.
+        """
+        if not self._forked:
+            return
+        for worker in workers:
+            self._inherited.append(worker._conn)
+            if worker is not self and worker._child_conn is not None:
+                self._inherited.append(worker._child_conn)
 
     def start(self) -> None:
         """Start the process; call :meth:`start_proxy` once every process of the queue has started."""
@@ -338,6 +385,7 @@ def start_workers(
             ]
             workers.extend(processes)
             for worker in processes:
+                worker.inherit(processes)
                 worker.start()
             for worker in processes:
                 worker.start_proxy()

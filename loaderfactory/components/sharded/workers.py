@@ -6,11 +6,17 @@ worker sends its batch through ``torch.multiprocessing``'s pickler: tensors move
 memory and only a file descriptor crosses the pipe. The consumer's wait covers the expected
 worker's pipe *and* every worker's exit sentinel, so a killed worker is noticed at once, and it
 has a deadline, so a stuck one raises :class:`~loaderfactory.errors.StallError`.
+
+The consumer never writes to a worker's pipe itself: a feeder thread per worker does, so a large
+step cannot block the consumer while that worker is blocked sending it a large result. A worker
+process closes the parent's pipe ends it inherited and exits within about a second of its parent
+dying, even when the parent was killed by a signal and could not stop it.
 """
 
 from __future__ import annotations
 
-import contextlib
+import multiprocessing
+import os
 import pickle
 import random
 import signal
@@ -40,6 +46,10 @@ Result = tuple[Key, bool, Any]
 
 _STOP_GRACE_S = 2.0
 """How long ``close()`` lets workers exit on their own before terminating them."""
+_PARENT_CHECK_S = 0.5
+"""How often an idle worker process checks that its parent is still alive."""
+_UNBOUNDED = 2**30
+"""Capacity of a feeder's channel: the pass bounds the steps in flight by ``prefetch``."""
 
 
 @dataclass(frozen=True)
@@ -121,14 +131,38 @@ def unpack_error(packed: tuple[bytes | None, bytes | None, str, str], where: str
     return error
 
 
+def wait_for_parent(conn: Connection, parent_pid: int) -> bool:
+    """Wait until ``conn`` has something to read: ``True``; ``False`` once the parent process is gone.
+
+    Watches the parent's sentinel where ``multiprocessing`` gives one, and checks every
+    ``_PARENT_CHECK_S`` that the process is still the child of ``parent_pid`` (an orphan is
+    adopted by another process), so a parent killed by a signal never leaves its workers behind.
+    """
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    watched: list[Any] = [conn] if sentinel is None else [conn, sentinel]
+    while True:
+        ready = wait(watched, _PARENT_CHECK_S)
+        if conn in ready:
+            return True
+        if ready or os.getppid() != parent_pid:
+            return False
+
+
 def _process_main(
     info: WorkerInfo,
     dataset: Any,
     collate: Callable[[list[Any]], Any],
     tasks: Connection,
     results: Connection,
+    inherited: Sequence[Connection] = (),
 ) -> None:
     global _process_info
+    # A forked worker holds copies of the parent's pipe ends (its own and earlier workers'): close
+    # them, so a pipe reports EOF or EPIPE once the parent (its only other holder) is gone.
+    for conn in inherited:
+        conn.close()
+    parent_pid = os.getppid()
     # Ctrl-C goes to the whole process group: let the parent decide, and stop us through close().
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     torch.set_num_threads(1)
@@ -136,6 +170,8 @@ def _process_main(
     seed_everything(info.seed)
     while True:
         try:
+            if not wait_for_parent(tasks, parent_pid):
+                break
             message = tasks.recv()
         except (EOFError, OSError):
             break
@@ -145,7 +181,7 @@ def _process_main(
         try:
             # Pickling moves the batch's tensors into shared memory; only handles cross the pipe.
             payload = ForkingPickler.dumps((key, True, make_step(dataset, collate, step)))
-        except Exception as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
+        except BaseException as error:  # noqa: BLE001 - forwarded (SystemExit too), re-raised there
             payload = ForkingPickler.dumps((key, False, _pack_error(error)))
         try:
             results.send_bytes(payload)
@@ -167,7 +203,8 @@ def _describe_exit(index: int, process: Any) -> str:
 class ProcessPool:
     """``num_workers`` processes, each running the dataset and collate on the steps it is sent.
 
-    Costs one process per worker plus two pipes each; batches in flight live in shared memory.
+    Costs one process and one feeder thread per worker plus two pipes each; batches in flight
+    live in shared memory. :meth:`submit` never blocks: the caller bounds the steps in flight.
     """
 
     def __init__(
@@ -179,38 +216,60 @@ class ProcessPool:
         context: str | None = None,
         name: str = "ShardedDataLoader",
     ) -> None:
-        ctx = torch_mp.get_context(context or _default_context())
+        method = context or _default_context()
+        ctx = torch_mp.get_context(method)
         self.name = name
         self.num_workers = len(seeds)
         self._processes: list[Any] = []
         self._tasks: list[Connection] = []
         self._results: list[Connection] = []
-        self._finalizer = weakref.finalize(self, _shutdown, self._processes, self._tasks, self._results)
+        self._queues: list[Channel[bytes]] = []
+        self._feeders: list[threading.Thread] = []
+        self._finalizer = weakref.finalize(
+            self, _shutdown, self._processes, self._tasks, self._results, self._queues, self._feeders
+        )
         for index, seed in enumerate(seeds):
             task_out, task_in = ctx.Pipe(duplex=False)
             result_out, result_in = ctx.Pipe(duplex=False)
             info = WorkerInfo(index, len(seeds), seed, rank, "process")
+            # Only a forked child inherits the parent's ends; spawn and forkserver start clean.
+            inherited = [*self._tasks, *self._results, task_in, result_out] if method == "fork" else []
             process = ctx.Process(  # type: ignore[attr-defined]  # every concrete context has Process
                 target=_process_main,
-                args=(info, dataset, collate, task_out, result_in),
+                args=(info, dataset, collate, task_out, result_in, inherited),
                 name=f"{name}-worker-{index}",
                 daemon=True,
             )
-            process.start()
-            task_out.close()
-            result_in.close()
-            self._processes.append(process)
             self._tasks.append(task_in)
             self._results.append(result_out)
+            try:
+                process.start()
+            finally:
+                task_out.close()
+                result_in.close()
+            self._processes.append(process)
+        # Feeders start once every worker is forked, so no child inherits a running thread.
+        for index, conn in enumerate(self._tasks):
+            queue: Channel[bytes] = Channel(_UNBOUNDED)
+            feeder = threading.Thread(
+                target=_feed, args=(queue, conn), name=f"{name}-feeder-{index}", daemon=True
+            )
+            self._queues.append(queue)
+            self._feeders.append(feeder)
+            feeder.start()
 
     @property
     def pids(self) -> list[int]:
         return [p.pid for p in self._processes]
 
     def submit(self, worker: int, key: Key, step: Step) -> None:
+        """Queue ``step`` for ``worker``'s feeder thread; never waits for the worker to read it."""
+        data = bytes(ForkingPickler.dumps((key, step)))
         try:
-            self._tasks[worker].send((key, step))
-        except (BrokenPipeError, OSError):
+            self._queues[worker].put(data)
+        except ChannelClosed:
+            # The feeder stopped because the worker's pipe broke: the worker is gone.
+            self._processes[worker].join(1.0)
             raise WorkerError(f"{self.name}: {_describe_exit(worker, self._processes[worker])}") from None
 
     def receive(self, worker: int, timeout: float | None) -> Result:
@@ -257,13 +316,31 @@ def _default_context() -> str:
     return "fork" if "fork" in torch_mp.get_all_start_methods() else "spawn"
 
 
-def _shutdown(processes: list[Any], tasks: list[Connection], results: list[Connection]) -> None:
-    for conn in tasks:
-        with contextlib.suppress(BrokenPipeError, OSError):
-            conn.send(None)
+def _feed(queue: Channel[bytes], conn: Connection) -> None:
+    """A feeder thread: send the queued steps to one worker in order, then ``None`` to stop it."""
+    try:
+        while True:
+            try:
+                data = queue.get()
+            except ChannelClosed:
+                break
+            conn.send_bytes(data)
+        conn.send(None)
+    except (BrokenPipeError, OSError):
+        queue.close()  # the worker is gone: the next submit raises WorkerError
+
+
+def _shutdown(
+    processes: list[Any],
+    tasks: list[Connection],
+    results: list[Connection],
+    queues: list[Channel[bytes]],
+    feeders: list[threading.Thread],
+) -> None:
+    for queue in queues:
+        queue.close()  # each feeder drops the steps not yet sent and asks its worker to stop
     deadline = time.monotonic() + _STOP_GRACE_S
-    for process in processes:
-        process.join(max(0.0, deadline - time.monotonic()))
+    _drain_until_exit(processes, results, deadline)
     for process in processes:
         if process.is_alive():
             process.terminate()
@@ -273,8 +350,35 @@ def _shutdown(processes: list[Any], tasks: list[Connection], results: list[Conne
             process.join(1.0)
         if process.is_alive():
             warnings.warn(f"{process.name} (pid {process.pid}) did not exit", RuntimeWarning, stacklevel=2)
+    # A feeder blocked on a full pipe is freed by its worker's exit (EPIPE); only then may the
+    # pipes close, as closing a descriptor another thread writes to is unsafe.
+    current = threading.current_thread()
+    for feeder in feeders:
+        if feeder is not current:
+            feeder.join(_STOP_GRACE_S)
+        if feeder.is_alive():
+            warnings.warn(f"{feeder.name} did not exit", RuntimeWarning, stacklevel=2)
     for conn in [*tasks, *results]:
         conn.close()
+
+
+def _drain_until_exit(processes: list[Any], results: list[Connection], deadline: float) -> None:
+    """Wait for the workers to exit, reading (and dropping) the results they are still sending.
+
+    A worker blocked sending a large result would otherwise never read its stop message.
+    """
+    open_results = list(results)
+    while any(p.exitcode is None for p in processes):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        sentinels = [p.sentinel for p in processes if p.exitcode is None]
+        ready = wait([*open_results, *sentinels], remaining)
+        for conn in [c for c in open_results if c in ready]:
+            try:
+                conn.recv_bytes()
+            except (EOFError, OSError):
+                open_results.remove(conn)
 
 
 class ThreadPool:
@@ -349,12 +453,15 @@ def _thread_main(
             key, step = tasks.get()
             try:
                 result: Result = (key, True, make_step(dataset, collate, step))
-            except Exception as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
+            except BaseException as error:  # noqa: BLE001 - KeyboardInterrupt, SystemExit too: re-raised there
                 result = (key, False, error)
             results.put(result)
             del result
     except ChannelClosed:
         pass
+    finally:
+        # Whatever ends this thread, the consumer waiting on it gets a WorkerError, not a hang.
+        results.close()
 
 
 def _stop_threads(

@@ -1,0 +1,156 @@
+"""The sharded loader's workers under stress: BaseExceptions, pipes filled both ways, a killed parent."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import psutil
+import pytest
+
+from loaderfactory.components.sharded import ShardedDataLoader, WorkerTraceback
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class RaisesAt:
+    """Items are their index; item ``bad`` raises ``error`` (any BaseException)."""
+
+    def __init__(self, error: BaseException, bad: int = 3, length: int = 8) -> None:
+        self.error = error
+        self.bad = bad
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        if index == self.bad:
+            raise self.error
+        return index
+
+
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+@pytest.mark.parametrize(
+    "error", [KeyboardInterrupt("ctrl-c in the dataset"), SystemExit("exit in the dataset")]
+)
+def test_a_base_exception_in_a_worker_reaches_the_consumer_at_once_as_itself(
+    worker_type: str, error: BaseException
+) -> None:
+    """KeyboardInterrupt or SystemExit from the dataset is re-raised in the consumer as itself, promptly."""
+    loader = ShardedDataLoader(
+        RaisesAt(error), batch_size=1, num_workers=2, worker_type=worker_type, timeout=30
+    )
+    seen: list[int] = []
+    started = time.monotonic()
+    with pytest.raises(type(error), match="in the dataset") as info:
+        for batch in loader:
+            seen.append(int(batch))
+    assert time.monotonic() - started < 15  # not after the 30 s stall timeout
+    assert seen == [0, 1, 2]
+    if worker_type == "process":
+        assert isinstance(info.value.__cause__, WorkerTraceback)
+        assert "in __getitem__" in str(info.value.__cause__)
+    else:
+        assert info.value is error
+    loader.close()
+
+
+class Indices:
+    def __init__(self, length: int) -> None:
+        self.length = length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __getitem__(self, index: int) -> int:
+        return index
+
+
+def big_untensored(items: list[int]) -> tuple[int, np.ndarray]:
+    """A batch pickled by value (no shared memory): its first index and 8 bytes per item."""
+    return items[0], np.zeros(len(items) * 8, dtype=np.uint8)
+
+
+def test_steps_and_results_larger_than_a_pipe_buffer_do_not_deadlock() -> None:
+    """Steps of 20000 indices sent while workers send back 160 kB pickled batches complete, in order."""
+    batch_size = 20_000
+    loader = ShardedDataLoader(
+        Indices(12 * batch_size), batch_size=batch_size, num_workers=2, collate=big_untensored, timeout=60
+    )
+    with loader:
+        firsts = [first for first, _ in loader]
+        assert firsts == [step * batch_size for step in range(12)]
+        # An early break with large steps and results still in both pipes stops the workers too.
+        for _, payload in loader:
+            assert payload.nbytes == 8 * batch_size
+            pids = loader.worker_pids
+            break
+    assert not [pid for pid in pids if _alive(pid)]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _orphans_after_parent_kill(code: str) -> list[int]:
+    """Run ``code`` (which prints its worker pids), SIGKILL it; the workers still alive 5 s on."""
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    pids: list[int] = []
+    try:
+        assert parent.stdout is not None
+        pids = [int(pid) for pid in parent.stdout.readline().split()]
+        assert len(pids) == 2, "the parent did not report its workers"
+        os.kill(parent.pid, signal.SIGKILL)
+        parent.wait(10)
+        parent.stdout.close()
+        deadline = time.monotonic() + 5
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return [pid for pid in pids if _alive(pid)]
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait(10)
+        for pid in pids:
+            if _alive(pid):
+                with contextlib.suppress(OSError):
+                    os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_workers_exit_soon_after_their_parent_is_killed(context: str) -> None:
+    """Worker processes of a parent killed by SIGKILL (which cannot stop them) exit within seconds."""
+    code = f"""
+import time
+from loaderfactory.components.sharded import ShardedDataLoader
+loader = ShardedDataLoader(
+    list(range(100)), batch_size=4, num_workers=2, persistent_workers=True,
+    multiprocessing_context={context!r},
+)
+iterator = iter(loader)
+next(iterator)
+print(" ".join(map(str, loader.worker_pids)), flush=True)
+time.sleep(60)
+"""
+    assert _orphans_after_parent_kill(code) == []
+
+
+def test_feeder_threads_end_with_the_loader() -> None:
+    """Closing a loader mid-epoch joins the feeder threads that send its workers their steps."""
+    loader = ShardedDataLoader(Indices(400), batch_size=2, num_workers=2, collate=big_untensored)
+    iterator = iter(loader)
+    next(iterator)
+    assert any(thread.name.startswith("ShardedDataLoader-feeder-") for thread in threading.enumerate())
+    loader.close()
+    assert not any(thread.name.startswith("ShardedDataLoader-feeder-") for thread in threading.enumerate())
