@@ -34,17 +34,25 @@ class Channel(Generic[T]):
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
+        # Who is blocked, so a hand-off only notifies when someone waits (a notify costs a lock probe).
+        self._putters_waiting = 0
+        self._getters_waiting = 0
         self._closed = False
 
     def put(self, item: T) -> None:
         """Add ``item``, waiting while the channel is full; raises :class:`ChannelClosed` if closed."""
         with self._not_full:
             while len(self._items) >= self.capacity and not self._closed:
-                self._not_full.wait()
+                self._putters_waiting += 1
+                try:
+                    self._not_full.wait()
+                finally:
+                    self._putters_waiting -= 1
             if self._closed:
                 raise ChannelClosed
             self._items.append(item)
-            self._not_empty.notify()
+            if self._getters_waiting:
+                self._not_empty.notify()
 
     def get(self, timeout: float | None = None) -> T:
         """Take the oldest item; raises ``TimeoutError`` after ``timeout`` seconds with nothing to take."""
@@ -59,9 +67,16 @@ class Channel(Generic[T]):
                         raise TimeoutError
                     # A huge timeout (``float('inf')`` from YAML's ``.inf``) would overflow the
                     # lock's wait; TIMEOUT_MAX is centuries, and the loop re-checks anyway.
-                    self._not_empty.wait(None if remaining is None else min(remaining, threading.TIMEOUT_MAX))
+                    self._getters_waiting += 1
+                    try:
+                        self._not_empty.wait(
+                            None if remaining is None else min(remaining, threading.TIMEOUT_MAX)
+                        )
+                    finally:
+                        self._getters_waiting -= 1
             item = self._items.popleft()
-            self._not_full.notify()
+            if self._putters_waiting:
+                self._not_full.notify()
             return item
 
     def close(self) -> list[T]:

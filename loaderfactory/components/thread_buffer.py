@@ -28,14 +28,20 @@ _JOIN_SECONDS = 10.0
 """How long ``close()`` waits for a producer stuck inside its source before giving up on it."""
 
 
-class _End:
+class _Signal:
+    """Base of what the producer sends besides plain items (one type check per item)."""
+
+    __slots__ = ()
+
+
+class _End(_Signal):
     """Marks the end of the source; ``state`` is the upstream's state after it (when tracked)."""
 
     def __init__(self, state: dict[str, Any] | None = None) -> None:
         self.state = state
 
 
-class _Snapped:
+class _Snapped(_Signal):
     """An item with the upstream's state right after it was pulled (for ``state_dict()``)."""
 
     __slots__ = ("item", "state")
@@ -45,7 +51,7 @@ class _Snapped:
         self.state = state
 
 
-class _Failure:
+class _Failure(_Signal):
     """Carries the source's exception to the consumer."""
 
     def __init__(self, error: BaseException) -> None:
@@ -122,16 +128,17 @@ class _Pass(Generic[T]):
             ) from None
         except ChannelClosed:
             raise StopIteration from None
-        if isinstance(item, _End):
-            self.close()
-            owner._finish_pass(item.state)
-            raise StopIteration
-        if isinstance(item, _Failure):
-            self.close()
-            raise item.error
-        if isinstance(item, _Snapped):
-            owner._state_before, owner._state_after = owner._state_after, item.state
-            item = item.item
+        if isinstance(item, _Signal):
+            if isinstance(item, _End):
+                self.close()
+                owner._finish_pass(item.state)
+                raise StopIteration
+            if isinstance(item, _Failure):
+                self.close()
+                raise item.error
+            if isinstance(item, _Snapped):
+                owner._state_before, owner._state_after = owner._state_after, item.state
+                item = item.item
         owner._consumed += 1
         repeats = owner.repeats - self._partial
         self._partial = 0
