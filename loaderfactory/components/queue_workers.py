@@ -29,6 +29,7 @@ import torch
 import torch.multiprocessing  # registers the reductions that send tensors as shared memory
 
 from loaderfactory.components.batch_utils import batch_nbytes
+from loaderfactory.components.process_utils import wait_for_parent
 from loaderfactory.components.queue_store import Entry, IndexDispenser, QueueStore, StoreClosed
 from loaderfactory.errors import WorkerError
 
@@ -38,7 +39,6 @@ JOIN_SECONDS = 10.0
 """How long ``close()`` waits for a thread stuck inside ``dataset[i]`` before leaving it behind."""
 STOP_GRACE_S = 5.0
 """How long a stopping worker process may take to finish its item before it is stopped by a signal."""
-PARENT_CHECK_S = 0.5
 """How often an idle worker process checks that its parent is still alive."""
 
 
@@ -128,23 +128,6 @@ def _share(item: Any) -> Any:
     return item
 
 
-def _wait_for_parent(conn: Connection, parent_pid: int) -> bool:
-    """Wait until ``conn`` has something to read: ``True``; ``False`` once the parent process is gone.
-
-    Watches the parent's sentinel where ``multiprocessing`` gives one, and checks every
-    ``PARENT_CHECK_S`` that this is still the child of ``parent_pid`` (an orphan is adopted).
-    """
-    parent = multiprocessing.parent_process()
-    sentinel = getattr(parent, "sentinel", None)
-    watched: list[Any] = [conn] if sentinel is None else [conn, sentinel]
-    while True:
-        ready = wait(watched, PARENT_CHECK_S)
-        if conn in ready:
-            return True
-        if ready or os.getppid() != parent_pid:
-            return False
-
-
 def _process_main(
     dataset: Any, preprocess: Preprocess, conn: Connection, inherited: list[Connection] | None = None
 ) -> None:
@@ -158,7 +141,7 @@ def _process_main(
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     while True:
         try:
-            if not _wait_for_parent(conn, parent_pid):
+            if not wait_for_parent(conn, parent_pid):
                 return
             index = conn.recv()
         except (EOFError, OSError):

@@ -15,7 +15,6 @@ dying, even when the parent was killed by a signal and could not stop it.
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import pickle
 import random
@@ -36,6 +35,7 @@ import torch
 import torch.multiprocessing as torch_mp  # registers torch's shared-memory reductions with ForkingPickler
 
 from loaderfactory.components.channel import Channel, ChannelClosed
+from loaderfactory.components.process_utils import wait_for_parent
 from loaderfactory.components.sharded.sampling import Step
 from loaderfactory.errors import StallError, WorkerError
 
@@ -46,7 +46,6 @@ Result = tuple[Key, bool, Any]
 
 _STOP_GRACE_S = 2.0
 """How long ``close()`` lets workers exit on their own before terminating them."""
-_PARENT_CHECK_S = 0.5
 """How often an idle worker process checks that its parent is still alive."""
 _UNBOUNDED = 2**30
 """Capacity of a feeder's channel: the pass bounds the steps in flight by ``prefetch``."""
@@ -129,24 +128,6 @@ def unpack_error(packed: tuple[bytes | None, bytes | None, str, str], where: str
         error = WorkerError(f"{where} raised an exception that cannot be re-created here: {message}")
     error.__cause__ = WorkerTraceback(f"\n\n{where} raised:\n{text}")
     return error
-
-
-def wait_for_parent(conn: Connection, parent_pid: int) -> bool:
-    """Wait until ``conn`` has something to read: ``True``; ``False`` once the parent process is gone.
-
-    Watches the parent's sentinel where ``multiprocessing`` gives one, and checks every
-    ``_PARENT_CHECK_S`` that the process is still the child of ``parent_pid`` (an orphan is
-    adopted by another process), so a parent killed by a signal never leaves its workers behind.
-    """
-    parent = multiprocessing.parent_process()
-    sentinel = getattr(parent, "sentinel", None)
-    watched: list[Any] = [conn] if sentinel is None else [conn, sentinel]
-    while True:
-        ready = wait(watched, _PARENT_CHECK_S)
-        if conn in ready:
-            return True
-        if ready or os.getppid() != parent_pid:
-            return False
 
 
 def _process_main(
