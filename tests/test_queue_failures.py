@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 import traceback
-from pathlib import Path
 from typing import Any
 
 import psutil
 import pytest
+from process_checks import orphans_after_parent_kill
 
 from loaderfactory.components.datasets import SyntheticDataset
 from loaderfactory.components.queue_dataset import QueueDataset
@@ -171,32 +168,4 @@ next(iterator)
 print(" ".join(str(worker.process.pid) for worker in q._run.workers), flush=True)
 time.sleep(60)
 """
-    root = Path(__file__).resolve().parents[1]
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=root)
-    pids: list[int] = []
-    try:
-        assert parent.stdout is not None
-        pids = [int(pid) for pid in parent.stdout.readline().split()]
-        assert len(pids) == 2, "the parent did not report its workers"
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(10)
-        parent.stdout.close()
-        deadline = time.monotonic() + 5
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert [pid for pid in pids if _alive(pid)] == []
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait(10)
-        for pid in pids:
-            if _alive(pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
+    assert orphans_after_parent_kill(code) == []

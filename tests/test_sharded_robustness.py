@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pytest
+from process_checks import alive, orphans_after_parent_kill
 
 from loaderfactory.components.sharded import ShardedDataLoader, WorkerTraceback
 
@@ -93,39 +88,7 @@ def test_steps_and_results_larger_than_a_pipe_buffer_do_not_deadlock() -> None:
             assert payload.nbytes == 8 * batch_size
             pids = loader.worker_pids
             break
-    assert not [pid for pid in pids if _alive(pid)]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
-
-
-def _orphans_after_parent_kill(code: str) -> list[int]:
-    """Run ``code`` (which prints its worker pids), SIGKILL it; the workers still alive 5 s on."""
-    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
-    pids: list[int] = []
-    try:
-        assert parent.stdout is not None
-        pids = [int(pid) for pid in parent.stdout.readline().split()]
-        assert len(pids) == 2, "the parent did not report its workers"
-        os.kill(parent.pid, signal.SIGKILL)
-        parent.wait(10)
-        parent.stdout.close()
-        deadline = time.monotonic() + 5
-        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return [pid for pid in pids if _alive(pid)]
-    finally:
-        if parent.poll() is None:
-            parent.kill()
-            parent.wait(10)
-        for pid in pids:
-            if _alive(pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+    assert not [pid for pid in pids if alive(pid)]
 
 
 @pytest.mark.parametrize("context", ["fork", "spawn"])
@@ -143,7 +106,7 @@ next(iterator)
 print(" ".join(map(str, loader.worker_pids)), flush=True)
 time.sleep(60)
 """
-    assert _orphans_after_parent_kill(code) == []
+    assert orphans_after_parent_kill(code) == []
 
 
 def test_feeder_threads_end_with_the_loader() -> None:
