@@ -35,7 +35,7 @@ def peak_rss_mb() -> float:
 
 
 def dataset(delay_ms: float = LOAD_MS) -> Any:
-    from loaderfactory.components.datasets import SyntheticDataset
+    from loaderfactory.components.data.datasets import SyntheticDataset
 
     return SyntheticDataset(ITEMS, {"vol": {"shape": SHAPE, "dtype": "float16"}}, seed=0, delay_ms=delay_ms)
 
@@ -69,7 +69,7 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
     ds = dataset()
     extra: dict[str, Any] = {}
     if name == "queue":
-        from loaderfactory.components.queue_dataset import QueueDataset
+        from loaderfactory.components.queue.dataset import QueueDataset
 
         start = time.perf_counter()
         with QueueDataset(
@@ -137,7 +137,7 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
 
 
 def sampling_ratio(draws: int) -> dict[str, Any]:
-    from loaderfactory.components.queue_dataset import QueueDataset
+    from loaderfactory.components.queue.dataset import QueueDataset
 
     with QueueDataset(
         dataset(delay_ms=0.0),

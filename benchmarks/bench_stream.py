@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from loaderfactory.components.stream import StreamWrapper
+from loaderfactory.components.stream.wrapper import StreamWrapper
 
 STEP_S = 0.002
 SEED_CEILING = 50.0

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from loaderfactory import registry
 from loaderfactory.builders import BuildContext
+from loaderfactory.config import registry
+from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.validation import validate
 from loaderfactory.errors import ConfigError, ConfigProblem
 from loaderfactory.loader import Loader
-from loaderfactory.specs.base import Spec
-from loaderfactory.validation import validate
 
 
 def build_loader(config: Any, *, dataset: Any = None) -> Loader:
@@ -17,7 +17,7 @@ def build_loader(config: Any, *, dataset: Any = None) -> Loader:
 
     Args:
         config: a YAML path, dict, OmegaConf node (``cfg.data`` in a Hydra app) or
-            :class:`~loaderfactory.specs.pipeline.LoaderSpec`.
+            :class:`~loaderfactory.config.specs.pipeline.LoaderSpec`.
         dataset: a dataset object built in code; it takes the place of the ``dataset`` slot.
 
     Raises:

@@ -9,9 +9,9 @@ from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
-from loaderfactory.components.batch_utils import batch_length
-from loaderfactory.components.lifecycle import close_component
+from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.state import UPSTREAM
+from loaderfactory.components.workers.lifecycle import close_component
 from loaderfactory.errors import ConfigError, ConfigProblem, ResumeError
 from loaderfactory.stats import LoaderStats
 

@@ -10,9 +10,9 @@ import torch
 from pydantic import ValidationError
 
 from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.collate import DictCollate
-from loaderfactory.specs.base import Spec
-from loaderfactory.specs.refs import CollateRef
+from loaderfactory.components.data.collate import DictCollate
+from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.specs.refs import CollateRef
 
 
 class Holder(Spec):

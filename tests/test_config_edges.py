@@ -123,7 +123,7 @@ def test_a_sweep_goes_on_past_an_invalid_point(tmp_path: Path) -> None:
 
 def test_a_plain_transform_with_an_option_is_not_handed_the_generator() -> None:
     """`f(item, factor=2.0)` is called as `f(item)`: only a required second argument gets the generator."""
-    from loaderfactory.components.transforms import takes_generator
+    from loaderfactory.components.data.transforms import takes_generator
 
     def scale(item: dict[str, Any], factor: float = 2.0) -> dict[str, Any]:
         return item
@@ -137,7 +137,7 @@ def test_a_plain_transform_with_an_option_is_not_handed_the_generator() -> None:
 
 def test_len_of_a_resumed_torch_loader_is_what_the_pass_yields() -> None:
     """A torch loader restored mid-epoch reports the batches it will really yield."""
-    from loaderfactory.components.datasets import SyntheticDataset
+    from loaderfactory.components.data.datasets import SyntheticDataset
     from loaderfactory.components.torch_loader import ResumableDataLoader
 
     dataset = SyntheticDataset(40, {"x": {"shape": [1]}})
@@ -156,7 +156,7 @@ def test_len_of_a_resumed_torch_loader_is_what_the_pass_yields() -> None:
 def test_the_json_schema_accepts_every_shipped_preset_and_refuses_unknown_keys() -> None:
     """Editors using the schema agree with `validate`: presets pass, aliases pass, typos at the root fail."""
     jsonschema = pytest.importorskip("jsonschema")
-    from loaderfactory.schema import json_schema
+    from loaderfactory.config.schema import json_schema
 
     checker = jsonschema.Draft202012Validator(json_schema())
     conf = Path(__file__).resolve().parent.parent / "conf"

@@ -10,7 +10,8 @@ from typing import Any
 
 import pytest
 
-from loaderfactory import Loader, available, build_loader, compose, registry
+from loaderfactory import Loader, available, build_loader, compose
+from loaderfactory.config import registry
 
 BASE = [
     "dataset.length=42",

@@ -13,9 +13,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from torch.utils.data import Dataset
 
-from loaderfactory import ConfigError, build_loader, register, registry, validate
-from loaderfactory.components.datasets import SyntheticDataset, TensorFolderDataset
-from loaderfactory.specs.base import Spec
+from loaderfactory import ConfigError, build_loader, register, validate
+from loaderfactory.components.data.datasets import SyntheticDataset, TensorFolderDataset
+from loaderfactory.config import registry
+from loaderfactory.config.specs.base import Spec
 
 
 def same_item(a: dict[str, Any], b: dict[str, Any]) -> bool:

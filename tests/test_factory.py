@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from torch.utils.data import DataLoader, IterableDataset
 
 from loaderfactory import ConfigError, Loader, ThreadBuffer, build_loader, validate
-from loaderfactory.components.datasets import SyntheticDataset
+from loaderfactory.components.data.datasets import SyntheticDataset
 
 SMALL = {"kind": "synthetic", "length": 10, "fields": {"x": {"shape": [2]}}}
 

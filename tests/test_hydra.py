@@ -20,10 +20,10 @@ from loaderfactory import (
     build_loader,
     compose,
     config_dir,
-    registry,
     validate,
 )
-from loaderfactory.components.datasets import SyntheticDataset
+from loaderfactory.components.data.datasets import SyntheticDataset
+from loaderfactory.config import registry
 
 CONF = config_dir()
 PRESETS = sorted(

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from loaderfactory import available, build_loader, registry
+from loaderfactory import available, build_loader
+from loaderfactory.config import registry
 
 PLUGIN_MODULE = '''
 """A tiny third-party plugin: a dataset of the numbers 0..length-1 as dict items."""
@@ -19,7 +20,7 @@ from typing import Literal
 import torch
 
 import loaderfactory
-from loaderfactory.specs.base import Spec
+from loaderfactory.config.specs.base import Spec
 
 CALLS = []
 

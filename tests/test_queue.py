@@ -11,9 +11,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaderfactory.components.datasets import SyntheticDataset
-from loaderfactory.components.queue_dataset import QueueDataset
-from loaderfactory.components.queue_store import IndexDispenser
+from loaderfactory.components.data.datasets import SyntheticDataset
+from loaderfactory.components.queue.dataset import QueueDataset
+from loaderfactory.components.queue.store import IndexDispenser
 from loaderfactory.errors import ConfigError, StallError
 
 FIELDS = {"vol": {"shape": [1, 4, 4, 4], "dtype": "float32"}}
@@ -313,7 +313,7 @@ def test_sample_and_batch_transforms_get_the_queue_generator() -> None:
 
 def test_stored_items_are_not_changed_by_sample_transforms() -> None:
     """A transform that returns new tensors leaves the queued items intact for later draws."""
-    from loaderfactory.components.transforms import GaussianNoise
+    from loaderfactory.components.data.transforms import GaussianNoise
 
     ds = small(4)
     with QueueDataset(

@@ -12,9 +12,9 @@ import pytest
 from pydantic import ValidationError
 
 import loaderfactory as lf
-from loaderfactory.components.queue_dataset import QueueDataset
+from loaderfactory.components.queue.dataset import QueueDataset
+from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.errors import ConfigError
-from loaderfactory.specs.queue import QueueDatasetSpec
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = {

@@ -12,9 +12,9 @@ import psutil
 import pytest
 from process_checks import orphans_after_parent_kill
 
-from loaderfactory.components.datasets import SyntheticDataset
-from loaderfactory.components.queue_dataset import QueueDataset
-from loaderfactory.components.queue_workers import RemoteTraceback
+from loaderfactory.components.data.datasets import SyntheticDataset
+from loaderfactory.components.queue.dataset import QueueDataset
+from loaderfactory.components.queue.workers import RemoteTraceback
 from loaderfactory.errors import WorkerError
 
 FIELDS = {"vol": {"shape": [8], "dtype": "float32"}}
@@ -158,8 +158,8 @@ def test_worker_processes_exit_soon_after_their_parent_is_killed() -> None:
     """Queue worker processes of a parent killed by SIGKILL (which cannot stop them) exit within seconds."""
     code = """
 import time
-from loaderfactory.components.datasets import SyntheticDataset
-from loaderfactory.components.queue_dataset import QueueDataset
+from loaderfactory.components.data.datasets import SyntheticDataset
+from loaderfactory.components.queue.dataset import QueueDataset
 dataset = SyntheticDataset(16, {"vol": {"shape": [8], "dtype": "float32"}})
 q = QueueDataset(dataset, epoch_size=5, num_workers=2, worker_type="process", capacity=4,
                  multiprocessing_context="fork", seed=0)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from loaderfactory.reference import BEGIN, END, reference
+from loaderfactory.config.reference import BEGIN, END, reference
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -14,12 +14,12 @@ README = (ROOT / "README.md").read_text()
 def test_config_reference_matches_the_specs() -> None:
     """The README's config reference is exactly what the registered specs generate."""
     start, end = README.index(BEGIN), README.index(END) + len(END)
-    assert README[start:end] == reference(), "regenerate it: python -m loaderfactory.reference"
+    assert README[start:end] == reference(), "regenerate it: python -m loaderfactory.config.reference"
 
 
 def test_every_registered_kind_is_in_the_reference() -> None:
     """Each registered kind has a section, so a new kind cannot ship undocumented."""
-    from loaderfactory import registry
+    from loaderfactory.config import registry
 
     for table in registry.TABLES:
         for kind in registry.available(table):

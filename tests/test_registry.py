@@ -7,9 +7,10 @@ from typing import Any, Literal
 
 import pytest
 
-from loaderfactory import ConfigError, available, build_loader, register, registry, validate
+from loaderfactory import ConfigError, available, build_loader, register, validate
 from loaderfactory.builders import BuildContext
-from loaderfactory.specs.base import Spec
+from loaderfactory.config import registry
+from loaderfactory.config.specs.base import Spec
 
 
 class TakeSpec(Spec):

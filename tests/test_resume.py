@@ -10,7 +10,7 @@ import pytest
 
 import loaderfactory
 from loaderfactory.components.state import check_matching
-from loaderfactory.components.thread_buffer import ThreadBuffer
+from loaderfactory.components.thread.buffer import ThreadBuffer
 from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.errors import ResumeError
 from loaderfactory.loader import Loader
@@ -190,7 +190,7 @@ class _Shards:
 
 def test_other_world_size_is_refused_through_the_protocol() -> None:
     """A stage that shards refuses a state saved for another world size, with both values."""
-    dataset = loaderfactory.components.datasets.SyntheticDataset(8)  # type: ignore[attr-defined]
+    dataset = loaderfactory.components.data.datasets.SyntheticDataset(8)  # type: ignore[attr-defined]
     state = Loader({"dataset": dataset, "loader": _Shards(dataset, 0, 2)}).state_dict()
     with pytest.raises(ResumeError, match=r"world_size: saved 2, this one has 4"):
         Loader({"dataset": dataset, "loader": _Shards(dataset, 0, 4)}).load_state_dict(state)

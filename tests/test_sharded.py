@@ -20,8 +20,8 @@ import loaderfactory as lf
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.sharded import build_sharded_loader
 from loaderfactory.components.sharded import ShardedDataLoader, WorkerTraceback, get_worker_info
+from loaderfactory.config.specs.sharded import ShardedLoaderSpec
 from loaderfactory.errors import ConfigError, StallError, WorkerError
-from loaderfactory.specs.sharded import ShardedLoaderSpec
 
 
 class Items:

@@ -15,8 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import loaderfactory
-from loaderfactory.components.stream import StreamWrapper
-from loaderfactory.components.stream_parts import EmptyStreamError
+from loaderfactory.components.stream.parts import EmptyStreamError
+from loaderfactory.components.stream.wrapper import StreamWrapper
 from loaderfactory.errors import StallError
 
 

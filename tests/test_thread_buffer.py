@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from torch.utils.data import DataLoader
 
 from loaderfactory import StallError, ThreadBuffer, ThreadDataLoader
-from loaderfactory.components.datasets import SyntheticDataset
+from loaderfactory.components.data.datasets import SyntheticDataset
 
 
 def buffer_threads(name: str = "") -> list[threading.Thread]:

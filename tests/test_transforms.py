@@ -9,7 +9,7 @@ import torch
 from pydantic import ValidationError
 
 from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.transforms import (
+from loaderfactory.components.data.transforms import (
     Compose,
     GaussianNoise,
     Normalize,
@@ -19,9 +19,9 @@ from loaderfactory.components.transforms import (
     ToDtype,
     call_transform,
 )
-from loaderfactory.registry import available
-from loaderfactory.specs.base import Spec
-from loaderfactory.specs.refs import TransformRef
+from loaderfactory.config.registry import available
+from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.specs.refs import TransformRef
 
 
 class Holder(Spec):

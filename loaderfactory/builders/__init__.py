@@ -1,4 +1,4 @@
-"""Spec → component functions, one module per slot; registered in :mod:`loaderfactory.builtins`.
+"""Spec → component functions, one module per slot; registered in :mod:`loaderfactory.config.builtins`.
 
 A slot builder is called as ``builder(spec, upstream, context)``: ``upstream`` is what the slot
 before produced (``None`` for the dataset slot). A helper builder (transform, collate) is called as

@@ -7,8 +7,8 @@ from typing import Any
 
 from torch.utils.data import default_collate
 
-from loaderfactory.components.collate import DictCollate
-from loaderfactory.specs.collate import DefaultCollateSpec, DictCollateSpec
+from loaderfactory.components.data.collate import DictCollate
+from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec
 
 
 def build_default_collate(spec: DefaultCollateSpec) -> Callable[[list[Any]], Any]:

@@ -6,14 +6,14 @@ from typing import Any
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.datasets import SyntheticDataset, TensorFolderDataset
-from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.dataset import (
+from loaderfactory.components.data.datasets import SyntheticDataset, TensorFolderDataset
+from loaderfactory.config.specs.dataset import (
     SyntheticDatasetSpec,
     TargetDatasetSpec,
     TensorFolderSpec,
 )
-from loaderfactory.specs.target import resolve_target
+from loaderfactory.config.specs.target import resolve_target
+from loaderfactory.errors import ConfigError, ConfigProblem
 
 
 def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildContext) -> SyntheticDataset:

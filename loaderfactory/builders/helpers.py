@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from loaderfactory import registry
-from loaderfactory.specs.base import Spec
+from loaderfactory.config import registry
+from loaderfactory.config.specs.base import Spec
 
 
 def build_helper(table: registry.Table, spec: Spec | None) -> Callable[..., Any] | None:

@@ -10,8 +10,8 @@ from torch.utils.data import IterableDataset
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.components.torch_loader import ResumableDataLoader
+from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.loader import TorchLoaderSpec
 
 
 def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildContext) -> ResumableDataLoader:

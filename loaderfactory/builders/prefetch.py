@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from loaderfactory.builders import BuildContext
-from loaderfactory.components.thread_buffer import ThreadBuffer
-from loaderfactory.specs.prefetch import ThreadBufferSpec
+from loaderfactory.components.thread.buffer import ThreadBuffer
+from loaderfactory.config.specs.prefetch import ThreadBufferSpec
 
 
 def build_thread_buffer(spec: ThreadBufferSpec, upstream: Any, context: BuildContext) -> ThreadBuffer[Any]:

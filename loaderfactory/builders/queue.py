@@ -9,10 +9,10 @@ from torch.utils.data import IterableDataset
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.queue_dataset import QueueDataset
-from loaderfactory.components.transforms import Compose
+from loaderfactory.components.data.transforms import Compose
+from loaderfactory.components.queue.dataset import QueueDataset
+from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.queue import QueueDatasetSpec
 
 
 def build_transforms(refs: Any) -> Callable[..., Any] | None:

@@ -12,9 +12,9 @@ from torch.utils.data import IterableDataset
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.config.specs.sharded import DistributedSpec, SamplerTargetSpec, ShardedLoaderSpec
+from loaderfactory.config.specs.target import resolve_target
 from loaderfactory.errors import ConfigError, ConfigProblem
-from loaderfactory.specs.sharded import DistributedSpec, SamplerTargetSpec, ShardedLoaderSpec
-from loaderfactory.specs.target import resolve_target
 
 
 def detect_distributed() -> tuple[int, int]:

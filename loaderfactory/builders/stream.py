@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from loaderfactory.builders import BuildContext
-from loaderfactory.components.stream import StreamWrapper
-from loaderfactory.specs.stream import StreamWrapperSpec
+from loaderfactory.components.stream.wrapper import StreamWrapper
+from loaderfactory.config.specs.stream import StreamWrapperSpec
 
 
 class _Restart:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.transforms import (
+from loaderfactory.components.data.transforms import (
     Compose,
     GaussianNoise,
     Normalize,
@@ -12,7 +12,7 @@ from loaderfactory.components.transforms import (
     RandPermute,
     ToDtype,
 )
-from loaderfactory.specs.transforms import (
+from loaderfactory.config.specs.transforms import (
     ComposeSpec,
     GaussianNoiseSpec,
     NormalizeSpec,

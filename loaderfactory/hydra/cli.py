@@ -3,7 +3,7 @@
 loaderfactory prefetch.buffer_size=4 run.batches=200
 loaderfactory -m prefetch.buffer_size=1,4,16
 loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
-loaderfactory run.mode=schema > loaderfactory.schema.json
+loaderfactory run.mode=schema > loaderfactory.config.schema.json
 """
 
 from __future__ import annotations
@@ -20,14 +20,14 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig
 
+from loaderfactory.config.schema import json_schema
+from loaderfactory.config.specs.pipeline import LoaderSpec
+from loaderfactory.config.validation import validate
 from loaderfactory.errors import ConfigError
 from loaderfactory.factory import build_loader
 from loaderfactory.hydra.compose import config_dir
 from loaderfactory.loader import Loader
 from loaderfactory.report import format_report, plot_waits, write_report
-from loaderfactory.schema import json_schema
-from loaderfactory.specs.pipeline import LoaderSpec
-from loaderfactory.validation import validate
 
 
 def run_app(cfg: DictConfig) -> dict[str, Any] | None:

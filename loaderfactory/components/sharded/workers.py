@@ -34,9 +34,9 @@ import numpy as np
 import torch
 import torch.multiprocessing as torch_mp  # registers torch's shared-memory reductions with ForkingPickler
 
-from loaderfactory.components.channel import Channel, ChannelClosed
-from loaderfactory.components.process_utils import wait_for_parent
 from loaderfactory.components.sharded.sampling import Step
+from loaderfactory.components.workers.channel import Channel, ChannelClosed
+from loaderfactory.components.workers.process_utils import wait_for_parent
 from loaderfactory.errors import StallError, WorkerError
 
 Key = tuple[int, int]

@@ -1,0 +1,1 @@
+"""Datasets, transforms and collate functions the built-in kinds use."""

@@ -1,0 +1,140 @@
+"""What a :class:`~loaderfactory.components.queue.dataset.QueueDataset` records: draws per item,
+fill level and the age of drawn items, summarised for the run report and drawn as PNGs."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaderfactory.components.queue.store import Entry, QueueStore
+
+MAX_SAMPLES = 1_000_000
+"""Per-draw records kept with ``log_sampling`` (8 bytes each); later draws only update the counts."""
+
+
+class QueueTelemetry:
+    """Counts draws per dataset index always; with ``log_sampling`` also the fill level per draw
+    and the age (seconds since it was loaded) of every drawn item."""
+
+    def __init__(self, length: int, log_sampling: bool) -> None:
+        self.counts = np.zeros(length, dtype=np.int64)
+        self.log_sampling = log_sampling
+        self.draws = 0
+        self.fill: list[int] = []
+        self.fill_mb: list[float] = []
+        self.ages: list[float] = []
+        self.loads = 0
+        self.evictions = 0
+        self.peak_bytes = 0
+        self.fill_wait_s: float | None = None
+        self.budget_bytes: int | None = None
+        self._live: QueueStore | None = None
+
+    def record_draw(self, entries: Sequence[Entry], held: int, held_bytes: int, now: float) -> None:
+        self.draws += 1
+        for entry in entries:
+            self.counts[entry.index] += 1
+        if self.log_sampling and len(self.fill) < MAX_SAMPLES:
+            self.fill.append(held)
+            self.fill_mb.append(held_bytes / 1e6)
+            self.ages.extend(now - entry.born for entry in entries)
+
+    def watch(self, store: QueueStore) -> None:
+        self._live = store
+        self.budget_bytes = store.budget
+
+    def absorb(self, store: QueueStore) -> None:
+        """Add a finished run's loads, evictions and peak memory."""
+        self.loads += store.loads
+        self.evictions += store.evictions
+        self.peak_bytes = max(self.peak_bytes, store.peak_bytes)
+        if self._live is store:
+            self._live = None
+
+    def ratio(self) -> float | None:
+        """Most over least drawn item; ``None`` while some item was never drawn."""
+        low = int(self.counts.min()) if self.counts.size else 0
+        return float(self.counts.max()) / low if low > 0 else None
+
+    def summary(self) -> dict[str, Any]:
+        live = self._live
+        report: dict[str, Any] = {
+            "draws": self.draws,
+            "loads": self.loads + (live.loads if live else 0),
+            "evictions": self.evictions + (live.evictions if live else 0),
+            "peak_held_mb": round(max(self.peak_bytes, live.peak_bytes if live else 0) / 1e6, 3),
+            "sampling_max": int(self.counts.max()) if self.draws else 0,
+            "sampling_min": int(self.counts.min()) if self.draws else 0,
+            "sampling_max_min_ratio": None if self.ratio() is None else round(self.ratio() or 0.0, 3),
+            "never_drawn": int((self.counts == 0).sum()),
+        }
+        if self.fill_wait_s is not None:
+            report["fill_wait_s"] = round(self.fill_wait_s, 3)
+        if self.fill:
+            fill = np.asarray(self.fill)
+            report["fill_items"] = {
+                "min": int(fill.min()),
+                "mean": round(float(fill.mean()), 2),
+                "max": int(fill.max()),
+            }
+        if self.ages:
+            ages = np.asarray(self.ages)
+            report["age_s"] = {
+                q: round(float(np.percentile(ages, p)), 4) for q, p in (("p50", 50), ("p99", 99))
+            }
+            report["age_s"]["max"] = round(float(ages.max()), 4)
+        return report
+
+    def plot(self, out_dir: Path) -> list[Path]:
+        """``queue_sampling_hist.png`` and, with ``log_sampling``, ``queue_fill.png``."""
+        if not self.draws:
+            return []
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        out_dir.mkdir(parents=True, exist_ok=True)
+        paths = []
+        fig, ax = plt.subplots(figsize=(6, 3.5))
+        ax.hist(
+            self.counts, bins=min(50, max(5, int(self.counts.max() - self.counts.min()) + 1)), color="#4477aa"
+        )
+        ratio = self.ratio()
+        ax.set_title(
+            f"draws per item (max/min {ratio:.2f})" if ratio else "draws per item (some never drawn)"
+        )
+        ax.set_xlabel("times drawn")
+        ax.set_ylabel("items")
+        fig.tight_layout()
+        path = out_dir / "queue_sampling_hist.png"
+        fig.savefig(path, dpi=100)
+        plt.close(fig)
+        paths.append(path)
+        if self.fill:
+            fig, ax = plt.subplots(figsize=(6, 3.5))
+            lines = ax.plot(self.fill_mb, color="#4477aa", label="MB held")
+            title = "queue fill level"
+            budget_mb = None if self.budget_bytes is None else self.budget_bytes / 1e6
+            if budget_mb is not None and budget_mb <= 2 * max(self.fill_mb):
+                lines.append(ax.axhline(budget_mb, color="k", linestyle="--", label="budget"))
+            elif budget_mb is not None:  # a line far above the data would flatten it
+                title += f" (budget {budget_mb:,.0f} MB, off the scale)"
+            ax.set_xlabel("draw")
+            ax.set_ylabel("MB held")
+            ax.set_ylim(bottom=0)
+            twin = ax.twinx()
+            lines += twin.plot(self.fill, color="#ee7733", linestyle=":", label="items")
+            twin.set_ylabel("items in the queue")
+            twin.set_ylim(bottom=0)
+            ax.legend(lines, [str(line.get_label()) for line in lines], loc="lower right")
+            ax.set_title(title)
+            fig.tight_layout()
+            path = out_dir / "queue_fill.png"
+            fig.savefig(path, dpi=100)
+            plt.close(fig)
+            paths.append(path)
+        return paths

@@ -1,0 +1,313 @@
+"""``StreamWrapper``: epochs of a fixed size over any restartable stream, optionally buffered.
+
+Improves on emloop's design: buffering works with or without ``with`` (the thread starts on the
+first batch and stops on ``close()``, leaving ``with``, an early ``break`` or garbage collection),
+the producer never sleeps (``allow_buffering`` gates it on a condition), its exception reaches the
+consumer with its own type and traceback, a stall raises :class:`~loaderfactory.errors.StallError`,
+an empty stream with a fixed epoch size raises instead of spinning, and the position resumes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from loaderfactory.components.state import UPSTREAM, UpstreamState, check_matching, require_keys
+from loaderfactory.components.stream.parts import END, Gate, StreamEvent, Timeline, events, run_producer
+from loaderfactory.components.workers.channel import Channel, ChannelClosed
+from loaderfactory.errors import StallError
+
+_JOIN_SECONDS = 10.0
+
+
+class StreamWrapper:
+    """Batches of ``stream_fn()``, restarted at its end, cut into epochs, optionally buffered.
+
+    Use it to train by fixed-size epochs over a stream that ends (or never does), or to overlap
+    producing batches with the training step. With ``epoch_size <= 0`` one pass of the stream is
+    one epoch; with ``epoch_size = n`` every epoch is exactly ``n`` batches, the next one starts
+    where the last stopped, and a stream that ends mid-epoch is restarted at once. A buffered
+    stream costs one thread and ``buffer_size`` batches of memory; it yields the same sequence
+    as an unbuffered one.
+
+    Iterate it once per epoch (``for batch in stream``); ``len()`` is the epoch length. Breaking
+    out of an epoch stops the producer and drops the stream; the next ``for`` finishes that epoch
+    from a fresh ``stream_fn()``.
+
+    Args:
+        stream_fn: makes a fresh stream (an iterable of batches); called at the start and at each
+            end of the stream. Give it a ``__len__`` to let ``len()`` work with ``epoch_size <= 0``.
+        buffer_size: batches produced ahead on a background thread; 0 produces on the caller.
+        epoch_size: batches per epoch; ``<= 0`` means one pass of the stream.
+        name: names the thread, the profile entry and errors.
+        profile: a dict that receives each batch's consumer wait (seconds) under ``name``.
+        timeout: seconds to wait for the next buffered batch before raising
+            :class:`~loaderfactory.errors.StallError`; ``None`` waits forever.
+        gated: the producer runs only while the consumer waits for a batch or holds
+            :attr:`allow_buffering` (for training steps that release the GIL in native code).
+    """
+
+    def __init__(
+        self,
+        stream_fn: Callable[[], Iterable[Any]],
+        buffer_size: int = 0,
+        epoch_size: int = -1,
+        name: str | None = None,
+        profile: dict[str, list[float]] | None = None,
+        timeout: float | None = None,
+        *,
+        gated: bool = False,
+    ) -> None:
+        if buffer_size < 0:
+            raise ValueError(f"buffer_size must be >= 0, got {buffer_size}")
+        if timeout is not None and (timeout <= 0 or buffer_size == 0):
+            raise ValueError(
+                f"timeout must be > 0 and needs buffer_size >= 1, got {timeout} (buffer {buffer_size})"
+            )
+        self.stream_fn = stream_fn
+        self.buffer_size = buffer_size
+        self.epoch_size = epoch_size
+        self.name = name or "stream"
+        self.profile = profile
+        self.timeout = timeout
+        self.gated = gated
+        self.timeline = Timeline()
+        self._gate = Gate(gated)
+        self._source: Iterator[StreamEvent] | None = None  # unbuffered: the events, pulled here
+        self._channel: Channel[Any] | None = None  # buffered: the producer's events
+        self._thread: threading.Thread | None = None
+        self._upstream_state: UpstreamState | None = None
+        self._epoch = 0
+        self._in_epoch = 0
+        self._position = 0
+        self._snapshot: dict[str, Any] | None = None
+        self._pending: dict[str, Any] | None = None
+        self._finalizer: weakref.finalize[Any, Any] | None = None
+
+    # -- iteration -----------------------------------------------------------------------------
+
+    def __iter__(self) -> Iterator[Any]:
+        return _Epoch(self)
+
+    def __len__(self) -> int:
+        if self.epoch_size > 0:
+            return self.epoch_size
+        try:
+            return len(self.stream_fn)  # type: ignore[arg-type]  # TypeError below when unsized
+        except TypeError:
+            raise TypeError(
+                f"{self.name}: one pass of the stream has no known length; set epoch_size"
+            ) from None
+
+    @property
+    def epoch(self) -> int:
+        """Epochs completed."""
+        return self._epoch
+
+    def _start(self) -> None:
+        skip = 0
+        pending, self._pending = self._pending, None
+        # A fresh stream starts at its first batch; a restored one goes on from the saved batch.
+        self._position = int(pending["position"]) if pending is not None else 0
+        if pending is not None and self._upstream_state is None:
+            # Standalone, nothing restored the stream: replay its pass. (In a Loader the slots
+            # before were restored to where this stream's consumer stood.)
+            skip = self._position
+        source = events(self.stream_fn, self.epoch_size, self.name, self._upstream_state, skip, self.timeline)
+        if self.buffer_size == 0:
+            self._source = source
+            return
+        channel: Channel[Any] = Channel(self.buffer_size)
+        thread = threading.Thread(
+            target=run_producer,
+            args=(source, channel, self._gate),
+            name=f"loaderfactory-{self.name}",
+            daemon=True,
+        )
+        self._channel, self._thread = channel, thread
+        thread.start()
+        self._finalizer = weakref.finalize(self, _stop, channel, thread, self._gate)
+
+    def _next_event(self) -> StreamEvent:
+        if self._source is None and self._channel is None:
+            self._start()
+        if self._source is not None:
+            return next(self._source)
+        assert self._channel is not None  # set by _start
+        if not self._channel:
+            self._gate.grant_one()
+        try:
+            event = self._channel.get(self.timeout)
+        except TimeoutError:
+            # The producer is stuck inside its source: joining it would turn the deadline into
+            # a hang. Close its channel so it exits when the source returns, and raise now.
+            self._abandon_stuck()
+            raise StallError(
+                f"stream {self.name!r}: no batch for {self.timeout} s (timeout); its source is "
+                "stuck or too slow: raise stream.timeout or check the slots before it"
+            ) from None
+        except ChannelClosed:
+            raise StopIteration from None
+        if isinstance(event, BaseException):
+            raise event  # _take drops the stream
+        return event  # type: ignore[no-any-return]  # the producer puts events and failures only
+
+    def _take(self) -> Any:
+        """The next batch of this epoch; ``StopIteration`` ends the epoch."""
+        started = time.perf_counter()
+        while True:
+            if 0 < self.epoch_size <= self._in_epoch:
+                self._end_epoch()
+            try:
+                kind, batch, state = self._next_event()
+            except StopIteration:
+                self._drop_stream()
+                raise
+            except BaseException:
+                # A failed stream is over (buffered or not): the next epoch starts a fresh one.
+                self._abandon()
+                raise
+            if kind == END:
+                self._position = 0
+                self._snapshot = state
+                if self.epoch_size <= 0:
+                    self._drop_stream()
+                    self._end_epoch()
+                continue
+            ended = time.perf_counter()
+            self._in_epoch += 1
+            self._position += 1
+            self._snapshot = state
+            self.timeline.consumed(started, ended)
+            if self.profile is not None:
+                self.profile.setdefault(self.name, []).append(ended - started)
+            return batch
+
+    def _end_epoch(self) -> None:
+        self._epoch += 1
+        self._in_epoch = 0
+        raise StopIteration
+
+    def _drop_stream(self) -> None:
+        """Stop producing and forget the stream; the consumer's counts stay."""
+        source, self._source = self._source, None
+        if source is not None:
+            source.close()  # type: ignore[attr-defined]  # a generator
+        if self._finalizer is not None:
+            self._finalizer()
+        self._finalizer = None
+        self._channel = self._thread = None
+
+    def _abandon(self) -> None:
+        """Drop the stream before its end: the next batch comes from a fresh ``stream_fn()``."""
+        running = self._source is not None or self._channel is not None
+        self._drop_stream()
+        if running:
+            # The next stream_fn() starts at its first batch. The upstream snapshot stays: a
+            # Loader's state still says where this stream's consumer stood.
+            self._position = 0
+
+    def _abandon_stuck(self) -> None:
+        """Drop a stream whose producer is stuck in its source, without waiting for it."""
+        channel, self._channel, self._thread = self._channel, None, None
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        self._finalizer = None
+        if channel is not None:
+            channel.close()
+        self._gate.wake()
+        self._position = 0
+
+    def close(self) -> None:
+        """Stop and join the producer thread, if any; safe to call twice."""
+        self._abandon()
+
+    def __enter__(self) -> StreamWrapper:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def allow_buffering(self) -> Any:
+        """A context manager that lets a ``gated`` producer run while it is held."""
+        return self._gate.allow()
+
+    # -- resume --------------------------------------------------------------------------------
+
+    def bind_upstream_state(self, fn: UpstreamState | None) -> None:
+        """Snapshot ``fn()`` after each batch pulled from the stream (a ``Loader`` binds it)."""
+        self._upstream_state = fn
+
+    def state_dict(self) -> dict[str, Any]:
+        """Epochs done, batches of this epoch and of the current pass, upstream as of them."""
+        if self._pending is not None:
+            return dict(self._pending)
+        state: dict[str, Any] = {
+            "epoch": self._epoch,
+            "in_epoch": self._in_epoch,
+            "position": self._position,
+            "epoch_size": self.epoch_size,
+        }
+        if self._snapshot is not None:
+            state[UPSTREAM] = self._snapshot
+        return state
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Continue after the saved batch on the next iteration."""
+        owner = f"stream {self.name!r}"
+        require_keys(owner, state, ("epoch", "in_epoch", "position", "epoch_size"))
+        check_matching(owner, state, {"epoch_size": self.epoch_size})
+        self.close()
+        self._epoch, self._in_epoch = int(state["epoch"]), int(state["in_epoch"])
+        self._position, self._snapshot = int(state["position"]), None
+        self._pending = dict(state)
+
+    # -- telemetry -----------------------------------------------------------------------------
+
+    def telemetry(self) -> dict[str, Any]:
+        """Consumer wait per batch, producer busy time, epochs: for the report."""
+        return {"name": self.name, "epochs": self._epoch, **self.timeline.summary()}
+
+    def plot_telemetry(self, out_dir: Path) -> list[Path]:
+        """A histogram of the consumer's wait per batch and a producer-vs-consumer timeline."""
+        from loaderfactory.components.stream.plots import plot_stream
+
+        return plot_stream(self.timeline, self.name, Path(out_dir))
+
+
+class _Epoch:
+    """One epoch of a :class:`StreamWrapper`; closing it before its end stops the producer."""
+
+    def __init__(self, owner: StreamWrapper) -> None:
+        self._owner: StreamWrapper | None = owner
+        self._finalizer = weakref.finalize(self, owner._abandon)
+
+    def __iter__(self) -> _Epoch:
+        return self
+
+    def __next__(self) -> Any:
+        if self._owner is None:
+            raise StopIteration
+        try:
+            return self._owner._take()
+        except BaseException:
+            self._owner = None
+            self._finalizer.detach()  # ended (or failed) on its own: keep the producer for the next epoch
+            raise
+
+    def close(self) -> None:
+        """Stop the producer if this epoch did not run to its end."""
+        self._owner = None
+        self._finalizer()
+
+
+def _stop(channel: Channel[Any], thread: threading.Thread, gate: Gate) -> None:
+    channel.close()
+    gate.wake()
+    if thread is not threading.current_thread():
+        thread.join(_JOIN_SECONDS)

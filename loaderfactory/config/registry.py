@@ -1,0 +1,130 @@
+"""One table per slot, plus datasets' helpers: transforms and collate functions.
+
+Each entry pairs a spec class (what YAML may say) with a builder (how to make the component).
+Built-ins are registered in :mod:`loaderfactory.config.builtins`; users call :func:`register`, and installed
+packages expose a callable under the entry-point group ``loaderfactory.plugins``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeVar, get_args
+
+from loaderfactory.config.specs.base import Spec
+from loaderfactory.errors import ConfigError, ConfigProblem
+
+Table = Literal["dataset", "queue", "loader", "stream", "prefetch", "transform", "collate"]
+TABLES: tuple[Table, ...] = get_args(Table)
+SLOTS: tuple[Table, ...] = ("dataset", "queue", "loader", "stream", "prefetch")
+"""The pipeline's slots, in the order batches flow through them."""
+
+PLUGIN_GROUP = "loaderfactory.plugins"
+Builder = Callable[..., Any]
+B = TypeVar("B", bound=Builder)
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A registered kind: its spec class and the callable that builds it from a spec."""
+
+    table: Table
+    kind: str
+    spec: type[Spec]
+    builder: Builder
+
+
+_tables: dict[Table, dict[str, Entry]] = {table: {} for table in TABLES}
+_plugins_loaded = False
+_builtins_loaded = False
+
+
+def _load_builtins() -> None:
+    """Register the built-in kinds, once, before the first use of any table."""
+    global _builtins_loaded
+    if not _builtins_loaded:
+        _builtins_loaded = True
+        importlib.import_module("loaderfactory.config.builtins")
+
+
+def register(
+    table: Table, kind: str, spec: type[Spec], builder: Builder | None = None, *, replace: bool = False
+) -> Any:
+    """Register ``kind`` in ``table``; with no ``builder``, return a decorator that takes one.
+
+    Args:
+        table: one of :data:`TABLES` (``"prefetch"``, ``"dataset"``, ``"transform"``, ...).
+        kind: the name YAML selects it by (``kind: my_thing``); stable ``snake_case``.
+        spec: the :class:`~loaderfactory.config.specs.base.Spec` subclass validating its config.
+        builder: called as ``builder(spec, upstream, context)`` for slots and
+            ``builder(spec)`` for datasets' helpers (see the README).
+        replace: allow replacing an existing kind; otherwise re-registering raises.
+    """
+    _load_builtins()
+    if table not in _tables:
+        raise ValueError(f"unknown registry table {table!r}; known: {', '.join(TABLES)}")
+    if not (isinstance(spec, type) and issubclass(spec, Spec)):
+        raise TypeError(f"spec for {table} {kind!r} must subclass loaderfactory.Spec, got {spec!r}")
+
+    def _add(fn: B) -> B:
+        if kind in _tables[table] and not replace:
+            raise ValueError(f"{table} kind {kind!r} is already registered; pass replace=True to override it")
+        _tables[table][kind] = Entry(table, kind, spec, fn)
+        return fn
+
+    if builder is None:
+        return _add
+    _add(builder)
+    return builder
+
+
+def unregister(table: Table, kind: str) -> None:
+    """Remove a kind (tests and plugins that clean up after themselves)."""
+    _load_builtins()
+    _tables[table].pop(kind, None)
+
+
+def available(table: Table) -> list[str]:
+    """The registered kinds of ``table``, sorted."""
+    load_plugins()
+    if table not in _tables:
+        raise ValueError(f"unknown registry table {table!r}; known: {', '.join(TABLES)}")
+    return sorted(_tables[table])
+
+
+def lookup(table: Table, kind: str, path: str = "") -> Entry:
+    """The entry for ``kind``; an unknown kind is a :class:`ConfigError` naming the closest match."""
+    load_plugins()
+    entries = _tables[table]
+    if kind in entries:
+        return entries[kind]
+    raise ConfigError(ConfigProblem(path or f"{table}.kind", unknown_kind_message(table, kind)))
+
+
+def unknown_kind_message(table: Table, kind: object) -> str:
+    """``unknown kind 'thred'. Did you mean 'thread'? Known: thread``."""
+    known = sorted(k for k in _tables[table] if not k.startswith("_"))  # `_target_` is not a kind
+    guess = difflib.get_close_matches(str(kind), known, n=1)
+    hint = f" Did you mean {guess[0]!r}?" if guess else ""
+    extra = " (or give a _target_ instead of a kind)" if "_target_" in _tables[table] else ""
+    return f"unknown {table} kind {kind!r}.{hint} Known: {', '.join(known) or '(none)'}{extra}"
+
+
+def load_plugins() -> None:
+    """Call every ``loaderfactory.plugins`` entry point once; each registers its kinds."""
+    global _plugins_loaded
+    _load_builtins()
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for point in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+        try:
+            hook = point.load()
+            if callable(hook):
+                hook()
+        except Exception as err:
+            raise ImportError(
+                f"loaderfactory plugin {point.name!r} ({point.value}) failed to load: {err}"
+            ) from err

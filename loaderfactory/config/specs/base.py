@@ -1,0 +1,159 @@
+"""The base ``Spec`` and the small field types every component spec shares.
+
+One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``repeats``, ``epoch_size``,
+``num_workers``/``worker_type``, ``ram_budget``, ``seed``. The seeds' names are accepted as aliases
+(``bs``, ``epoch_len``, ``buffer_timeout``, ...), never both at once.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    NonNegativeInt,
+    ValidationError,
+    WithJsonSchema,
+    model_validator,
+)
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from loaderfactory.config.sizes import parse_size
+
+Count = Annotated[int, Field(ge=1, strict=True)]
+"""A whole number ≥ 1 (errors read "must be ≥ 1, got 0"); ``true`` is not a count."""
+BatchSize = Count
+BufferSize = Count
+Repeats = Count
+Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
+MAX_WAIT_S = 10**6
+"""Longest finite wait (11.6 days); beyond it use ``null`` (wait forever), not a huge number."""
+Timeout = Annotated[float, Field(gt=0, le=MAX_WAIT_S, allow_inf_nan=False)] | None
+"""Seconds a stage may wait for the stage before it; ``None`` waits forever."""
+Milliseconds = Annotated[float, Field(ge=0, le=MAX_WAIT_S * 1000, allow_inf_nan=False)]
+"""A finite, non-negative duration in milliseconds."""
+
+
+def alias(*names: str) -> AliasChoices:
+    """Accept the field's own name first, then the seeds' names for it."""
+    return AliasChoices(*names)
+
+
+RULE = "config_rule"
+"""Error type of problems raised by :func:`broken_rules`; their message is shown as written."""
+
+
+def broken_rules(title: str, problems: list[tuple[str, str, Any]]) -> ValidationError:
+    """One ``ValidationError`` with a problem per ``(field, message, value)``, each at its own field.
+
+    Raise it from a ``model_validator`` so a cross-field rule points at the field to change
+    (``loader.prefetch_factor: needs num_workers >= 1``) instead of at the whole slot.
+    """
+    details: list[InitErrorDetails] = [
+        {"type": PydanticCustomError(RULE, message), "loc": (field,), "input": value}
+        for field, message, value in problems
+    ]
+    return ValidationError.from_exception_data(title, details)
+
+
+def refuse_unless(enabled: bool, title: str, options: dict[str, Any], reason: str) -> None:
+    """Refuse each option in ``options`` that is set (not ``None``/``False``) when ``enabled`` is false.
+
+    ``reason`` says what the options need and how to provide it, e.g. ``"needs worker processes,
+    but num_workers is 0; set num_workers >= 1"``; each problem ends with ``or drop <option>``.
+    """
+    if enabled:
+        return
+    problems = [
+        (name, f"{reason} or drop {name}", value)
+        for name, value in options.items()
+        if value is not None and value is not False
+    ]
+    if problems:
+        raise broken_rules(title, problems)
+
+
+class Spec(BaseModel):
+    """Base of every spec: strict (unknown keys are errors), frozen, and alias-aware."""
+
+    model_config = ConfigDict(
+        extra="forbid",
+        frozen=True,
+        populate_by_name=True,
+        use_attribute_docstrings=True,
+        strict=True,  # `num_workers: true` or `shuffle: "yes"` are mistakes, not 1 and True
+    )
+
+    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
+        """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense
+        when the slot before (a queue) already yields whole batches of ``batch_size`` items.
+
+        A kind that cannot follow a batching slot at all reports its ``kind``. The default refuses
+        nothing.
+        """
+        return []
+
+    @model_validator(mode="before")
+    @classmethod
+    def _one_name_per_field(cls, data: Any) -> Any:
+        """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess."""
+        if not isinstance(data, dict):
+            return data
+        problems = []
+        for field in cls.model_fields.values():
+            choices = field.validation_alias
+            if isinstance(choices, AliasChoices):
+                given = [c for c in choices.choices if isinstance(c, str) and c in data]
+                problems += [
+                    (other, f"names the same field as {given[0]!r}; give only one of them", data[other])
+                    for other in given[1:]
+                ]
+        if problems:
+            raise broken_rules(cls.__name__, problems)
+        return data
+        for name, field in cls.model_fields.items():
+            choices = field.validation_alias
+            if isinstance(choices, AliasChoices):
+                given = [c for c in choices.choices if isinstance(c, str) and c in data]
+                if len(given) > 1:
+                    raise ValueError(
+                        f"{' and '.join(repr(g) for g in given)} name the same field {name!r}; give one"
+                    )
+        return data
+
+
+class WorkersSpec(Spec):
+    """Background workers: how many, and whether they are threads or processes."""
+
+    num_workers: NonNegativeInt = 0
+    worker_type: Literal["thread", "process"] = "process"
+
+
+def _ram_budget(value: Any) -> Any:
+    if isinstance(value, str):
+        size = parse_size(value)
+        if size < 1:
+            raise ValueError(f"a size budget must be at least 1 byte, got {value!r}")
+        return size
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise ValueError(f"must be a fraction in (0, 1] or a size string like '2GiB', got {value!r}")
+    if not 0 < value <= 1:
+        raise ValueError(
+            f"a number is a fraction of available memory and must be in (0, 1], got {value!r}; "
+            "for an absolute budget write a size string like '2GiB'"
+        )
+    return float(value)
+
+
+_RAM_BUDGET_SCHEMA = {
+    "anyOf": [
+        {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"},
+    ]
+}
+RamBudget = Annotated[float | int, BeforeValidator(_ram_budget), WithJsonSchema(_RAM_BUDGET_SCHEMA)]
+"""A float in (0, 1] is a fraction of available memory; an int is bytes (parsed from ``"2GiB"``)."""

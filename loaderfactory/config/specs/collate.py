@@ -1,0 +1,35 @@
+"""Specs of collate functions."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from loaderfactory.config.specs.base import Spec, alias
+
+
+class DefaultCollateSpec(Spec):
+    """torch's ``default_collate``: stacks tensors, converts numbers and arrays, recurses into dicts."""
+
+    kind: Literal["default"] = "default"
+
+
+class DictCollateSpec(Spec):
+    """Merge dict items into a dict batch: stack equal-shape tensors, list the rest.
+
+    Use it for items whose tensors may not all stack (``default`` would raise), or to keep only
+    some keys (``keys: [vol, tf_tex]``).
+    """
+
+    kind: Literal["dict"] = "dict"
+    keys: list[str] | None = Field(None, validation_alias=alias("keys", "key_filter"))
+    """Keep only these keys; ``null`` keeps all."""
+    stack_tensors: bool = True
+    """Stack tensors of equal shape; ``false`` gives lists of tensors."""
+    convert_numpy: bool = Field(True, validation_alias=alias("convert_numpy", "convert_np"))
+    """Turn numpy arrays and scalars into tensors first."""
+    convert_numbers: bool = True
+    """Turn Python numbers (not bools) into tensors first."""
+    on_unstackable: Literal["warn", "error", "list"] = "warn"
+    """Tensors of different shapes under one key: a list plus a warning, an error, or a list."""

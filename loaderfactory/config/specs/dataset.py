@@ -1,0 +1,71 @@
+"""Specs of the built-in datasets and of user datasets named by ``_target_``."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec
+from loaderfactory.config.specs.refs import TransformRef
+from loaderfactory.config.specs.target import TargetSpec
+
+DType = Literal[
+    "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"
+]
+
+
+class FieldSpec(Spec):
+    """One key of a synthetic item: a tensor of ``shape`` and ``dtype``.
+
+    Floats are standard normal; integers are uniform in ``[0, high)``.
+    """
+
+    shape: list[Count] = []
+    """Tensor shape of one item; [] for a scalar."""
+    dtype: DType = "float32"
+    """torch dtype name."""
+    high: Count = 10
+    """Integer fields are uniform in [0, high)."""
+
+
+def _default_fields() -> dict[str, FieldSpec]:
+    return {
+        "image": FieldSpec(shape=[3, 32, 32], dtype="float32"),
+        "label": FieldSpec(shape=[], dtype="int64", high=10),
+    }
+
+
+class SyntheticDatasetSpec(Spec):
+    """Deterministic dict items made from ``seed`` and the index: data without a disk.
+
+    ``delay_ms`` sleeps per item (releasing the GIL) to stand in for slow storage.
+    """
+
+    kind: Literal["synthetic"] = "synthetic"
+    length: Count = 1024
+    """Number of items."""
+    fields: dict[str, FieldSpec] = Field(default_factory=_default_fields, min_length=1)
+    """Key → {shape, dtype, high}; every item also carries its `index`."""
+    seed: Seed = 0
+    """Items are a pure function of (seed, index)."""
+    delay_ms: Milliseconds = 0.0
+    """Sleep per item, standing in for slow storage."""
+
+
+class TensorFolderSpec(Spec):
+    """A folder of ``.pt`` files, each holding one dict item, read lazily in sorted order."""
+
+    kind: Literal["tensor_folder"] = "tensor_folder"
+    root: str
+    """The folder holding the .pt files."""
+    pattern: str = "*.pt"
+    """Glob selecting the files, relative to root."""
+    recursive: bool = False
+    """Also search subfolders."""
+    preprocess: TransformRef | None = None
+    """Transform applied to each item as it is loaded."""
+
+
+class TargetDatasetSpec(TargetSpec):
+    """Any dataset class, the Hydra way: ``_target_: my.module.MyDataset`` plus its arguments."""

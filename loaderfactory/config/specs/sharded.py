@@ -1,0 +1,198 @@
+"""Spec of the ``sharded`` loader kind: :class:`~loaderfactory.components.sharded.ShardedDataLoader`."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    Field,
+    NonNegativeInt,
+    ValidatorFunctionWrapHandler,
+    WrapValidator,
+    model_validator,
+)
+from pydantic_core import PydanticCustomError
+
+from loaderfactory.config.specs.base import (
+    RULE,
+    BatchSize,
+    Count,
+    Seed,
+    Spec,
+    Timeout,
+    WorkersSpec,
+    alias,
+    broken_rules,
+)
+from loaderfactory.config.specs.refs import CollateRef
+from loaderfactory.config.specs.target import TargetSpec
+
+
+class SamplerTargetSpec(TargetSpec):
+    """A sampler or batch sampler class, the Hydra way: ``_target_: my.module.MySampler`` plus arguments.
+
+    If the class takes a ``data_source`` or ``dataset`` argument that the config leaves out, the
+    builder passes the dataset.
+    """
+
+
+class DistributedSpec(Spec):
+    """This process's place among data-parallel processes, given explicitly."""
+
+    rank: NonNegativeInt
+    """This process's rank, counted from 0."""
+    world_size: Count
+    """Number of data-parallel processes."""
+
+    @model_validator(mode="after")
+    def _rank_in_range(self) -> DistributedSpec:
+        if self.rank >= self.world_size:
+            raise broken_rules(
+                type(self).__name__,
+                [("rank", f"must be < world_size ({self.world_size}), got {self.rank}", self.rank)],
+            )
+        return self
+
+
+def _one_distributed_error(value: Any, handler: ValidatorFunctionWrapHandler) -> Any:
+    """One error at the right place instead of one per union member."""
+    if isinstance(value, DistributedSpec):
+        return value
+    if isinstance(value, dict):
+        return DistributedSpec.model_validate(value)
+    if value in ("auto", "off"):
+        return value
+    raise PydanticCustomError(RULE, f"must be 'auto', 'off' or {{rank: R, world_size: W}}, got {value!r}")
+
+
+Distributed = Annotated[Literal["auto", "off"] | DistributedSpec, WrapValidator(_one_distributed_error)]
+"""``auto`` (read torch.distributed or torchrun's environment at build time), ``off``, or explicit."""
+
+
+class ShardedLoaderSpec(WorkersSpec):
+    """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
+    The seed's ``thread_pool: true/false`` is accepted for ``worker_type: thread/process``.
+
+        Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
+        worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
+        when the loader is built; ``off`` loads everything in this process; ``{rank, world_size}``
+        says it explicitly. ``balance`` gives every rank the same steps per epoch: ``pad`` (wrap
+        around), ``drop`` (skip the last few) or ``uneven`` (neither; needs ``Join`` in training).
+    """
+
+    kind: Literal["sharded"] = "sharded"
+    # WorkersSpec's fields again, unchanged, to document them for this kind
+    num_workers: NonNegativeInt = 0
+    """Background workers; 0 loads in the consumer's thread."""
+    worker_type: Literal["thread", "process"] = "process"
+    """``process``: forked, shared-memory batches; ``thread``: shares the dataset (``thread_pool: true``)."""
+    batch_size: BatchSize | None = Field(None, validation_alias=alias("batch_size", "bs"))
+    """Indices per batch; required unless ``batch_sampler`` is set."""
+    shuffle: bool = False
+    """A new order every epoch, seeded by (``seed``, epoch), the same on every rank."""
+    sampler: SamplerTargetSpec | None = None
+    """Gives the index order (its ``set_epoch`` is called each epoch); excludes ``shuffle``."""
+    last_batch: Literal["keep", "discard", "rollover"] = "keep"
+    """The rest that fills no whole step: yield it short, drop it, or carry it into the next epoch."""
+    batch_sampler: SamplerTargetSpec | None = None
+    """Yields whole steps (index lists, or one list per shard); excludes the batching fields."""
+    collate: CollateRef | None = Field(None, validation_alias=alias("collate", "batchify_fn"))
+    """Merges a list of items into a batch; ``null``: torch's ``default_collate``."""
+    pin_memory: bool = False
+    """Pin batches for fast host-to-device copies; a no-op without an accelerator."""
+    prefetch: Count | None = None
+    """Steps in flight at most; ``null``: 2 per worker. Needs workers."""
+    num_shards: Count = 1
+    """Batches per step; > 1 yields a list of that many (one per device, say)."""
+    seed: Seed | None = None
+    """Seeds the shuffle and the workers; ``null``: the root ``seed``, else random alone, 0 across ranks."""
+    distributed: Distributed = "auto"
+    """``auto``: torch.distributed or torchrun's environment at build; ``off``: one process; or explicit."""
+    balance: Literal["pad", "drop", "uneven"] = "pad"
+    """Equal steps per rank: ``pad`` wraps around, ``drop`` skips the last few, ``uneven`` needs ``Join``."""
+    persistent_workers: bool = False
+    """Keep the workers between complete epochs; needs workers."""
+    timeout: Timeout = None
+    """Seconds to wait for a worker's batch before a StallError; ``null``: forever. Needs workers."""
+    multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
+    """Start method of process workers; ``null``: ``fork`` where available."""
+
+    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
+        return [
+            (
+                "kind",
+                "sharded draws its own batches (and shards) from a map-style dataset, but the queue slot "
+                "already yields batches; drop the queue or use loader=torch after it",
+                "sharded",
+            )
+        ]
+
+    @model_validator(mode="before")
+    @classmethod
+    def _thread_pool_alias(cls, data: Any) -> Any:
+        """The seed's ``thread_pool: true`` means ``worker_type: thread``."""
+        if not isinstance(data, dict) or "thread_pool" not in data:
+            return data
+        data = dict(data)
+        thread_pool = data.pop("thread_pool")
+        if not isinstance(thread_pool, bool):
+            raise ValueError(f"thread_pool must be true or false, got {thread_pool!r}")
+        # worker_type's default is 'process' (and the base preset lists it), so only an explicit
+        # 'thread' contradicts thread_pool: false.
+        if data.get("worker_type") == "thread" and not thread_pool:
+            raise ValueError("worker_type: thread and thread_pool: false contradict each other; give one")
+        data["worker_type"] = "thread" if thread_pool else "process"
+        return data
+
+    @model_validator(mode="after")
+    def _rules(self) -> ShardedLoaderSpec:
+        problems: list[tuple[str, str, Any]] = []
+        if self.batch_sampler is not None:
+            given = {
+                "batch_size": self.batch_size is not None,
+                "shuffle": self.shuffle,
+                "sampler": self.sampler is not None,
+                "last_batch": self.last_batch != "keep",
+                "num_shards": self.num_shards != 1,
+            }
+            problems += [
+                (
+                    name,
+                    f"must not be set with batch_sampler, which decides batches and shards itself; "
+                    f"drop {name} (or set it to its default) or drop batch_sampler",
+                    getattr(self, name),
+                )
+                for name, is_set in given.items()
+                if is_set
+            ]
+        elif self.batch_size is None:
+            problems.append(("batch_size", "required unless batch_sampler is set", None))
+        if self.sampler is not None and self.shuffle:
+            problems.append(("shuffle", "must be false with a sampler, which decides the order itself", True))
+        if self.num_workers == 0:
+            given = {
+                "prefetch": self.prefetch is not None,
+                "persistent_workers": self.persistent_workers,
+                "timeout": self.timeout is not None,
+                "multiprocessing_context": self.multiprocessing_context is not None,
+            }
+            problems += [
+                (
+                    name,
+                    f"needs workers, but num_workers is 0; set num_workers >= 1 or drop {name}",
+                    getattr(self, name),
+                )
+                for name, is_set in given.items()
+                if is_set
+            ]
+        elif self.worker_type == "thread" and self.multiprocessing_context is not None:
+            problems.append(
+                (
+                    "multiprocessing_context",
+                    "applies to process workers; drop it or set worker_type: process",
+                    self.multiprocessing_context,
+                )
+            )
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self
