@@ -1,0 +1,337 @@
+"""The one module that starts processes: worker processes on ``torch.utils.data.DataLoader``.
+
+torch's workers give seeding, ``prefetch_factor``, in-order results, ``persistent_workers``,
+``pin_memory``, dead-worker detection and tensors handed over in shared memory. On top of them
+:class:`ProcessWorkers` keeps loaderfactory's error contract: a task's exception reaches the
+consumer as its own type with the worker's traceback (see
+:mod:`~loaderfactory.components.workers.remote`), a killed worker is a
+:class:`~loaderfactory.errors.WorkerError` naming its pid, a stall a
+:class:`~loaderfactory.errors.StallError`, and a worker exits soon after its parent dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import multiprocessing
+import os
+import signal
+import threading
+from collections.abc import Callable, Iterable, Iterator
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import get_worker_info as torch_worker_info
+from torch.utils.data._utils import signal_handling
+
+from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
+from loaderfactory.components.workers.remote import RemoteFailure
+from loaderfactory.errors import StallError, WorkerError
+
+K = TypeVar("K")
+R = TypeVar("R")
+
+PARENT_CHECK_S = 0.5
+"""How often a worker checks that its parent is alive where it has no parent sentinel to watch."""
+
+
+class _Tasks(Dataset[Any]):
+    """``task`` as a dataset: ``tasks[key]`` is ``task(key)``, or a :class:`RemoteFailure`."""
+
+    def __init__(self, task: Callable[[Any], Any], name: str) -> None:
+        self.task = task
+        self.name = name
+
+    def __getitem__(self, key: Any) -> Any:
+        try:
+            return self.task(key)
+        except BaseException as error:  # noqa: BLE001 - SystemExit too: sent to the consumer, raised there
+            info = torch_worker_info()
+            worker = f"worker {info.id} " if info is not None else ""
+            return RemoteFailure(error, f"{self.name} {worker}(pid {os.getpid()})")
+
+
+class _Keys(Sampler[Any]):
+    """The keys of the current run; a persistent pool is handed new ones for each run."""
+
+    def __init__(self) -> None:
+        self.keys: Iterable[Any] = ()
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self.keys)
+
+
+def _identity(item: Any) -> Any:
+    return item
+
+
+class _WorkerInit:
+    """Runs first in each worker: our worker info, Ctrl-C left to the parent, exit with the parent."""
+
+    def __init__(self, rank: int, user_init: Callable[[int], None] | None) -> None:
+        self.rank = rank
+        self.user_init = user_init
+
+    def __call__(self, worker_id: int) -> None:
+        info = torch_worker_info()
+        assert info is not None  # torch calls worker_init_fn inside its workers only
+        set_worker_info(WorkerInfo(info.id, info.num_workers, info.seed, self.rank, "process"), process=True)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+        threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
+        if self.user_init is not None:
+            self.user_init(worker_id)
+
+
+def _exit_with_parent(parent_pid: int) -> None:
+    """Exit this worker as soon as its parent is gone, even one killed by a signal.
+
+    torch's own check runs only between tasks, every 5 s; a parent killed by SIGKILL could leave a
+    busy worker running for as long as its task takes.
+    """
+    parent = multiprocessing.parent_process()
+    sentinel = getattr(parent, "sentinel", None)
+    while True:
+        if sentinel is not None and wait([sentinel], PARENT_CHECK_S):
+            break
+        if sentinel is None:
+            threading.Event().wait(PARENT_CHECK_S)
+        if os.getppid() != parent_pid:
+            break
+    os._exit(0)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``"was killed by signal SIGKILL"``, ``"exited with code 3"``."""
+    if exitcode is None:
+        return "exited"
+    if exitcode < 0:
+        try:
+            return f"was killed by signal {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"was killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
+
+
+class ProcessWorkers(Generic[K, R]):
+    """Run ``task(key)`` in ``num_workers`` processes; :meth:`run` yields the results in key order.
+
+    Costs ``num_workers`` processes and up to ``prefetch`` results in shared memory. ``task`` (and
+    what it holds) is pickled for ``spawn``/``forkserver``; ``fork`` shares it as it is.
+
+    Args:
+        task: called with each key in a worker process; its result's tensors cross in shared memory.
+        num_workers: worker processes, at least 1.
+        prefetch: results in flight at most (rounded up to a whole number per worker).
+        seed: seeds the workers reproducibly (worker ``i`` gets a seed derived from it).
+        timeout: seconds to wait for the next result before :class:`StallError`; ``None``: forever.
+        persistent_workers: keep the processes between runs (until :meth:`close`).
+        pin_memory: pin results, where an accelerator is present.
+        multiprocessing_context: ``"fork"`` (default where available), ``"spawn"`` or ``"forkserver"``.
+        worker_init_fn: called with the worker id in each worker, after our own set-up.
+        rank: reported to tasks through ``get_worker_info()``.
+        on_exit: called (on a watcher thread) with a :class:`WorkerError` as soon as a worker dies
+            unexpectedly; for consumers that do not wait on the results themselves.
+        name: appears in errors.
+    """
+
+    def __init__(
+        self,
+        task: Callable[[K], R],
+        num_workers: int,
+        *,
+        prefetch: int,
+        seed: int,
+        timeout: float | None = None,
+        persistent_workers: bool = False,
+        pin_memory: bool = False,
+        multiprocessing_context: str | None = None,
+        worker_init_fn: Callable[[int], None] | None = None,
+        rank: int = 0,
+        on_exit: Callable[[WorkerError], None] | None = None,
+        name: str = "workers",
+    ) -> None:
+        if num_workers < 1:
+            raise ValueError(f"num_workers must be >= 1 for worker processes, got {num_workers}")
+        self.name = name
+        self.num_workers = num_workers
+        self.timeout = timeout
+        self.on_exit = on_exit
+        self._keys = _Keys()
+        self._loader = DataLoader(
+            _Tasks(task, name),
+            batch_size=None,
+            sampler=self._keys,
+            collate_fn=_identity,
+            num_workers=num_workers,
+            prefetch_factor=max(1, math.ceil(prefetch / num_workers)),
+            persistent_workers=persistent_workers,
+            pin_memory=pin_memory and torch.accelerator.is_available(),
+            timeout=timeout or 0,
+            worker_init_fn=_WorkerInit(rank, worker_init_fn),
+            multiprocessing_context=multiprocessing_context or _default_context(),
+            generator=torch.Generator().manual_seed(seed),
+        )
+        self._iterator: Any = None
+        self._watcher: _ExitWatcher | None = None
+        self._closed = False
+
+    def run(self, keys: Iterable[K]) -> Iterator[R]:
+        """The result of ``task(key)`` for each key, in order (a new run stops the previous one)."""
+        if self._closed:
+            raise RuntimeError(f"{self.name}: the worker processes were closed")
+        self._stop_watching()
+        if not self._loader.persistent_workers:
+            self._shutdown()
+        self._keys.keys = keys
+        self._iterator = iterator = iter(self._loader)  # a _MultiProcessingDataLoaderIter
+        if threading.current_thread() is not threading.main_thread():
+            # torch's SIGCHLD handler raises in the main thread, wherever it is; workers driven
+            # from another thread are watched below instead.
+            _unregister_pids(iterator)
+        if self.on_exit is not None:
+            self._watcher = _ExitWatcher(iterator._workers, self.name, self.on_exit)  # type: ignore[attr-defined]  # set for num_workers > 0
+        return self._results(iterator)
+
+    def _results(self, iterator: Any) -> Iterator[R]:
+        while True:
+            try:
+                result = next(iterator)
+            except StopIteration:
+                return
+            except (RuntimeError, OSError) as error:  # torch's words for a dead or stuck worker
+                raise self._explain(iterator, error) from error
+            if isinstance(result, RemoteFailure):
+                raise result.rebuild()
+            yield result
+
+    def _explain(self, iterator: Any, error: RuntimeError | OSError) -> BaseException:
+        """torch's RuntimeError about a dead or stuck worker as our WorkerError or StallError."""
+        workers = list(getattr(iterator, "_workers", ()))
+        for index, process in enumerate(workers):
+            process.join(0.5 if process.exitcode is None and not process.is_alive() else 0)
+            if process.exitcode is not None and process.exitcode != 0:
+                self._shutdown()
+                return _exit_error(self.name, index, process)
+        if "timed out" in str(error):
+            task = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
+            index = task[0] if task else 0
+            pid = workers[index].pid if index < len(workers) else "?"
+            self._shutdown(force=True)  # a stuck worker would hold up the error for torch's 5 s join
+            return StallError(
+                f"{self.name}: worker {index} (pid {pid}) sent no batch for {self.timeout} s (timeout); "
+                "it is stuck or too slow: raise the timeout or check the dataset"
+            )
+        return error
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the live workers (empty between runs of a non-persistent pool)."""
+        iterator = self._iterator
+        if iterator is None or getattr(iterator, "_shutdown", True):
+            return []
+        return [process.pid for process in iterator._workers]
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def end_run(self) -> None:
+        """The current run is over: stop its workers unless they persist."""
+        if not self._loader.persistent_workers:
+            self._shutdown()
+
+    def close(self) -> None:
+        """Stop every worker process; safe to call twice."""
+        self._closed = True
+        self._shutdown()
+
+    def _shutdown(self, force: bool = False) -> None:
+        self._stop_watching()
+        iterator, self._iterator = self._iterator, None
+        if iterator is None:
+            return
+        processes = list(getattr(iterator, "_workers", ()))
+        if force:
+            for process in processes:
+                if process.is_alive():
+                    process.terminate()
+        iterator._shutdown_workers()
+        for process in processes:
+            if process.exitcode is not None and process.exitcode < 0:
+                _unlink_segments_of(process.pid)
+        self._loader._iterator = None  # a persistent DataLoader keeps its iterator here
+
+    def _stop_watching(self) -> None:
+        watcher, self._watcher = self._watcher, None
+        if watcher is not None:
+            watcher.stop()
+
+    def __del__(self) -> None:
+        self._stop_watching()
+
+
+class _ExitWatcher:
+    """A thread that waits on the workers' exit sentinels and reports the first unexpected exit."""
+
+    def __init__(self, processes: list[Any], name: str, on_exit: Callable[[WorkerError], None]) -> None:
+        self._read, self._write = os.pipe()
+        self._stopped = False
+        self._thread = threading.Thread(
+            target=self._watch, args=(processes, name, on_exit), name=f"{name}-exit-watcher", daemon=True
+        )
+        self._thread.start()
+
+    def _watch(self, processes: list[Any], name: str, on_exit: Callable[[WorkerError], None]) -> None:
+        sentinels = {process.sentinel: (index, process) for index, process in enumerate(processes)}
+        try:
+            ready = wait([self._read, *sentinels])
+            if self._read in ready or self._stopped:
+                return
+            index, process = sentinels[ready[0]]
+            process.join(1.0)
+            on_exit(
+                WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(process.exitcode)}")
+            )
+        finally:
+            os.close(self._read)
+
+    def stop(self) -> None:
+        if not self._stopped:
+            self._stopped = True
+            with contextlib.suppress(OSError):  # the watcher may have ended (and closed its end)
+                os.write(self._write, b"x")
+            os.close(self._write)
+            if self._thread is not threading.current_thread():
+                self._thread.join(5.0)
+
+
+def _exit_error(name: str, index: int, process: Any) -> WorkerError:
+    return WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(process.exitcode)}")
+
+
+def _unregister_pids(iterator: Any) -> None:
+    if getattr(iterator, "_worker_pids_set", False):
+        signal_handling._remove_worker_pids(id(iterator))  # type: ignore[attr-defined]  # private, stable since 1.0
+        iterator._worker_pids_set = False
+
+
+def _unlink_segments_of(pid: int) -> None:
+    """Remove shared-memory names a worker killed by a signal left behind.
+
+    torch names a segment ``torch_<pid>_...`` and unlinks the name right after creating it, so a
+    name that outlives its (dead) creator can only be one it was killed in the middle of making.
+    """
+    root = Path("/dev/shm")
+    if root.is_dir():
+        for path in root.glob(f"torch_{pid}_*"):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+
+def _default_context() -> str:
+    # fork shares the dataset without pickling it and starts in milliseconds; where it is missing
+    # (macOS and Windows default to spawn) the task must be picklable.
+    return "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
