@@ -59,3 +59,22 @@ class WorkerError(LoaderFactoryError, RuntimeError):
 
 class ResumeError(LoaderFactoryError, ValueError):
     """A saved state does not fit the loader it is loaded into (other config, worker count, world size)."""
+
+
+class LimitError(LoaderFactoryError, ValueError):
+    """A component's limit that only the data can break (an item larger than the whole RAM budget).
+
+    Runtime components raise it naming their own argument; a ``Loader`` reports it as a
+    :class:`ConfigError` at that argument's config path (``queue.ram_budget``).
+
+    Attributes:
+        argument: the constructor argument (and spec field) to change.
+        message: what went wrong and what to do.
+        component: the component that raised it, so a ``Loader`` can tell which slot it is.
+    """
+
+    def __init__(self, argument: str, message: str, component: object = None) -> None:
+        super().__init__(f"{argument}: {message}")
+        self.argument = argument
+        self.message = message
+        self.component = component

@@ -12,7 +12,7 @@ from typing import Any
 from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.state import UPSTREAM
 from loaderfactory.components.workers.lifecycle import close_component
-from loaderfactory.errors import ConfigError, ConfigProblem, ResumeError
+from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.stats import LoaderStats
 
 STATE_FORMAT = "loaderfactory.state/1"
@@ -92,7 +92,7 @@ class Loader:
                     batch = next(iterator)
                 except StopIteration:
                     break
-                except ConfigError as err:
+                except LimitError as err:
                     # A limit only the data can break (an item bigger than the queue's RAM budget).
                     raise self._located(err) from err
                 stats.record(clock() - before, batch_length(batch))
@@ -106,16 +106,10 @@ class Loader:
                 close()
             del iterator
 
-    def _located(self, err: ConfigError) -> ConfigError:
-        """``err`` with each path that names a field of exactly one slot's spec prefixed by that slot."""
-        slots = {slot: getattr(self.spec, slot, None) for slot in self._components} if self.spec else {}
-        problems = []
-        for problem in err.problems:
-            field = problem.path.split(".")[0]
-            owners = [s for s, spec in slots.items() if field in getattr(type(spec), "model_fields", {})]
-            path = f"{owners[0]}.{problem.path}" if len(owners) == 1 and field not in slots else problem.path
-            problems.append(ConfigProblem(path, problem.message))
-        return ConfigError(problems)
+    def _located(self, err: LimitError) -> ConfigError:
+        """``err`` as a config problem at the field of the slot whose component raised it."""
+        slot = next((s for s, c in self._components.items() if c is err.component), None)
+        return ConfigError(ConfigProblem(f"{slot}.{err.argument}" if slot else err.argument, err.message))
 
     def telemetry(self) -> dict[str, Any]:
         """The stats summary plus what each component reports through its own ``telemetry()``."""
