@@ -7,12 +7,15 @@ One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``rep
 
 from __future__ import annotations
 
+import re
+from decimal import Decimal
 from typing import Annotated, Any, Literal
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
+    ByteSize,
     ConfigDict,
     Field,
     NonNegativeInt,
@@ -21,8 +24,6 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
-
-from loaderfactory.config.sizes import parse_size
 
 Count = Annotated[int, Field(ge=1, strict=True)]
 """A whole number ≥ 1 (errors read "must be ≥ 1, got 0"); ``true`` is not a count."""
@@ -133,12 +134,32 @@ class WorkersSpec(Spec):
     worker_type: Literal["thread", "process"] = "process"
 
 
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> ByteSize:
+    """``"2GiB"`` → 2147483648 bytes; raises ``ValueError`` naming the accepted units.
+
+    Stricter than ``pydantic.ByteSize`` on its own, whose unit table it uses: a unit is required
+    (a bare ``2`` is too easily meant as 2 GB) and a fraction is exact (``Decimal``: ByteSize's
+    float arithmetic turns ``"17589.6GB"`` into a few bytes less).
+    """
+    match = _SIZE.match(text)
+    if not match:
+        raise ValueError(
+            f"{text!r} is not a size; write a number and a unit, e.g. '512MiB' or '2GB' "
+            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    number, unit = match.groups()
+    return ByteSize(int(Decimal(number) * int(ByteSize.byte_sizes[unit.lower()])))
+
+
 def _ram_budget(value: Any) -> Any:
     if isinstance(value, str):
         size = parse_size(value)
         if size < 1:
             raise ValueError(f"a size budget must be at least 1 byte, got {value!r}")
-        return size
+        return int(size)  # a plain int: strict mode takes no int subclass for ``float | int``
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise ValueError(f"must be a fraction in (0, 1] or a size string like '2GiB', got {value!r}")
     if not 0 < value <= 1:
