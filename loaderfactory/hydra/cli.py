@@ -3,7 +3,7 @@
 loaderfactory prefetch.buffer_size=4 run.batches=200
 loaderfactory -m prefetch.buffer_size=1,4,16
 loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
-loaderfactory run.mode=schema > loaderfactory.config.schema.json
+loaderfactory run.mode=schema > loaderfactory.schema.json
 """
 
 from __future__ import annotations
