@@ -1,24 +1,21 @@
 """The pieces :class:`~loaderfactory.components.stream.wrapper.StreamWrapper` is made of.
 
 ``events`` turns a stream factory into one sequence of batches and pass ends, the same whether it
-is pulled by the consumer or by a producer thread (so buffered and unbuffered runs agree);
-``run_producer`` moves it onto a channel; ``Gate`` pauses the producer; ``Timeline`` records
-when the producer worked and when the consumer waited.
+is pulled by the consumer or by a :class:`~loaderfactory.components.thread.buffer.ThreadBuffer`'s
+thread (so buffered and unbuffered runs agree); ``Timeline`` records when the producer worked and
+when the consumer waited.
 """
 
 from __future__ import annotations
 
-import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
 import numpy as np
 
 from loaderfactory.components.state import UpstreamState
-from loaderfactory.components.workers.channel import Channel, ChannelClosed
 
 StreamEvent = tuple[str, Any, "dict[str, Any] | None"]
 """``("batch", batch, upstream_state)`` or ``("end", None, upstream_state)`` at each end of the stream."""
@@ -41,7 +38,7 @@ def events(
     snapshot: UpstreamState | None,
     skip: int,
     timeline: Timeline,
-) -> Iterator[StreamEvent]:
+) -> Generator[StreamEvent, None, None]:
     """Batches of ``stream_fn()``, an ``end`` at each end of it; restarts it when ``epoch_size > 0``.
 
     ``skip`` batches are pulled and dropped first (a restored stream replaying its pass). A pass
@@ -80,74 +77,6 @@ def events(
         yield END, None, snapshot() if snapshot is not None else None
         if epoch_size <= 0:
             return
-
-
-def run_producer(source: Iterator[StreamEvent], channel: Channel[Any], gate: Gate) -> None:
-    """Move ``source`` onto ``channel`` while the gate is open; forward its exception as an item."""
-    try:
-        while gate.wait_open(channel):
-            try:
-                event = next(source)
-            except StopIteration:
-                break
-            channel.put(event)
-    except ChannelClosed:
-        pass
-    except BaseException as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
-        with suppress(ChannelClosed):
-            channel.put(error)
-    finally:
-        source.close()  # type: ignore[attr-defined]  # a generator
-
-
-class Gate:
-    """Lets a gated producer run only while someone holds :meth:`allow`; always open otherwise.
-
-    A consumer waiting on an empty buffer grants one batch with :meth:`grant_one`. Blocks on a
-    condition: no sleeping, no polling. Counts holders, so nested and concurrent ``allow()``
-    blocks work.
-    """
-
-    def __init__(self, gated: bool) -> None:
-        self.gated = gated
-        self._held = 0
-        self._credit = False
-        self._condition = threading.Condition()
-
-    def grant_one(self) -> None:
-        """Let the producer pull one more batch (the consumer is waiting for it)."""
-        if not self.gated:
-            return
-        with self._condition:
-            self._credit = True
-            self._condition.notify_all()
-
-    @contextmanager
-    def allow(self) -> Iterator[None]:
-        with self._condition:
-            self._held += 1
-            self._condition.notify_all()
-        try:
-            yield
-        finally:
-            with self._condition:
-                self._held -= 1
-
-    def wait_open(self, channel: Channel[Any]) -> bool:
-        """Wait until the producer may run; ``False`` once ``channel`` is closed."""
-        if not self.gated:
-            return not channel.closed
-        with self._condition:
-            while self._held == 0 and not self._credit and not channel.closed:
-                self._condition.wait()
-            if self._held == 0:
-                self._credit = False
-        return not channel.closed
-
-    def wake(self) -> None:
-        """Wake a waiting producer so it sees its channel closed."""
-        with self._condition:
-            self._condition.notify_all()
 
 
 class Timeline:

@@ -9,19 +9,16 @@ an empty stream with a fixed epoch size raises instead of spinning, and the posi
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 from loaderfactory.components.state import UPSTREAM, UpstreamState, check_matching, require_keys
-from loaderfactory.components.stream.parts import END, Gate, StreamEvent, Timeline, events, run_producer
-from loaderfactory.components.workers.channel import Channel, ChannelClosed
-from loaderfactory.errors import StallError
-
-_JOIN_SECONDS = 10.0
+from loaderfactory.components.stream.parts import END, StreamEvent, Timeline, events
+from loaderfactory.components.thread.buffer import ThreadBuffer
+from loaderfactory.components.workers.channel import Gate
 
 
 class StreamWrapper:
@@ -31,8 +28,8 @@ class StreamWrapper:
     producing batches with the training step. With ``epoch_size <= 0`` one pass of the stream is
     one epoch; with ``epoch_size = n`` every epoch is exactly ``n`` batches, the next one starts
     where the last stopped, and a stream that ends mid-epoch is restarted at once. A buffered
-    stream costs one thread and ``buffer_size`` batches of memory; it yields the same sequence
-    as an unbuffered one.
+    stream costs one thread (a :class:`~loaderfactory.components.thread.buffer.ThreadBuffer`'s)
+    and ``buffer_size`` batches of memory; it yields the same sequence as an unbuffered one.
 
     Iterate it once per epoch (``for batch in stream``); ``len()`` is the epoch length. Breaking
     out of an epoch stops the producer and drops the stream; the next ``for`` finishes that epoch
@@ -77,16 +74,14 @@ class StreamWrapper:
         self.gated = gated
         self.timeline = Timeline()
         self._gate = Gate(gated)
-        self._source: Iterator[StreamEvent] | None = None  # unbuffered: the events, pulled here
-        self._channel: Channel[Any] | None = None  # buffered: the producer's events
-        self._thread: threading.Thread | None = None
+        self._source: Iterator[StreamEvent] | None = None  # the events, pulled here or through _buffer
+        self._buffer: ThreadBuffer[StreamEvent] | None = None  # buffered: the producer thread
         self._upstream_state: UpstreamState | None = None
         self._epoch = 0
         self._in_epoch = 0
         self._position = 0
         self._snapshot: dict[str, Any] | None = None
         self._pending: dict[str, Any] | None = None
-        self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # -- iteration -----------------------------------------------------------------------------
 
@@ -108,7 +103,7 @@ class StreamWrapper:
         """Epochs completed."""
         return self._epoch
 
-    def _start(self) -> None:
+    def _start(self) -> Iterator[StreamEvent]:
         skip = 0
         pending, self._pending = self._pending, None
         # A fresh stream starts at its first batch; a restored one goes on from the saved batch.
@@ -120,41 +115,21 @@ class StreamWrapper:
         source = events(self.stream_fn, self.epoch_size, self.name, self._upstream_state, skip, self.timeline)
         if self.buffer_size == 0:
             self._source = source
-            return
-        channel: Channel[Any] = Channel(self.buffer_size)
-        thread = threading.Thread(
-            target=run_producer,
-            args=(source, channel, self._gate),
-            name=f"loaderfactory-{self.name}",
-            daemon=True,
-        )
-        self._channel, self._thread = channel, thread
-        thread.start()
-        self._finalizer = weakref.finalize(self, _stop, channel, thread, self._gate)
-
-    def _next_event(self) -> StreamEvent:
-        if self._source is None and self._channel is None:
-            self._start()
-        if self._source is not None:
-            return next(self._source)
-        assert self._channel is not None  # set by _start
-        if not self._channel:
-            self._gate.grant_one()
-        try:
-            event = self._channel.get(self.timeout)
-        except TimeoutError:
-            # The producer is stuck inside its source: joining it would turn the deadline into
-            # a hang. Close its channel so it exits when the source returns, and raise now.
-            self._abandon_stuck()
-            raise StallError(
+            return source
+        # The buffer's pass holds the thread: dropping this wrapper drops the pass, which stops it.
+        self._buffer = ThreadBuffer(
+            source,
+            self.buffer_size,
+            self.timeout,
+            name=self.name,
+            gate=self._gate,
+            stall_message=(
                 f"stream {self.name!r}: no batch for {self.timeout} s (timeout); its source is "
                 "stuck or too slow: raise stream.timeout or check the slots before it"
-            ) from None
-        except ChannelClosed:
-            raise StopIteration from None
-        if isinstance(event, BaseException):
-            raise event  # _take drops the stream
-        return event  # type: ignore[no-any-return]  # the producer puts events and failures only
+            ),
+        )
+        self._source = iter(self._buffer)
+        return self._source
 
     def _take(self) -> Any:
         """The next batch of this epoch; ``StopIteration`` ends the epoch."""
@@ -163,7 +138,8 @@ class StreamWrapper:
             if 0 < self.epoch_size <= self._in_epoch:
                 self._end_epoch()
             try:
-                kind, batch, state = self._next_event()
+                source = self._source if self._source is not None else self._start()
+                kind, batch, state = next(source)
             except StopIteration:
                 self._drop_stream()
                 raise
@@ -194,33 +170,22 @@ class StreamWrapper:
 
     def _drop_stream(self) -> None:
         """Stop producing and forget the stream; the consumer's counts stay."""
-        source, self._source = self._source, None
-        if source is not None:
-            source.close()  # type: ignore[attr-defined]  # a generator
-        if self._finalizer is not None:
-            self._finalizer()
-        self._finalizer = None
-        self._channel = self._thread = None
+        source, buffer = self._source, self._buffer
+        self._source = self._buffer = None
+        if buffer is not None:
+            # Joins the thread; one left stuck in its source by a stall is not waited for.
+            buffer.close()
+        elif isinstance(source, Generator):
+            source.close()
 
     def _abandon(self) -> None:
         """Drop the stream before its end: the next batch comes from a fresh ``stream_fn()``."""
-        running = self._source is not None or self._channel is not None
+        running = self._source is not None
         self._drop_stream()
         if running:
             # The next stream_fn() starts at its first batch. The upstream snapshot stays: a
             # Loader's state still says where this stream's consumer stood.
             self._position = 0
-
-    def _abandon_stuck(self) -> None:
-        """Drop a stream whose producer is stuck in its source, without waiting for it."""
-        channel, self._channel, self._thread = self._channel, None, None
-        if self._finalizer is not None:
-            self._finalizer.detach()
-        self._finalizer = None
-        if channel is not None:
-            channel.close()
-        self._gate.wake()
-        self._position = 0
 
     def close(self) -> None:
         """Stop and join the producer thread, if any; safe to call twice."""
@@ -304,10 +269,3 @@ class _Epoch:
         """Stop the producer if this epoch did not run to its end."""
         self._owner = None
         self._finalizer()
-
-
-def _stop(channel: Channel[Any], thread: threading.Thread, gate: Gate) -> None:
-    channel.close()
-    gate.wake()
-    if thread is not threading.current_thread():
-        thread.join(_JOIN_SECONDS)

@@ -1,4 +1,4 @@
-"""Prefetch on a background thread: ``ThreadBuffer`` and the ``DataLoader`` built on it.
+"""Prefetch on a background thread: ``ThreadBuffer``.
 
 Improves on MONAI's design: blocking waits instead of a polling loop, the source's exception
 re-raised in the consumer after the items before it, ``timeout`` as a stall deadline, a thread that
@@ -9,17 +9,16 @@ counts and that echo copies, so in-place edits of one echo never leak into the n
 from __future__ import annotations
 
 import contextlib
+import itertools
 import threading
 import warnings
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
-
-from torch.utils.data import DataLoader, Dataset
 
 from loaderfactory.components.data.batch_utils import clone_batch
 from loaderfactory.components.state import UPSTREAM, UpstreamState, check_matching, require_keys
-from loaderfactory.components.workers.channel import Channel, ChannelClosed
+from loaderfactory.components.workers.channel import Channel, ChannelClosed, Gate
 from loaderfactory.errors import StallError
 
 T = TypeVar("T")
@@ -59,13 +58,17 @@ class _Failure(_Signal):
 
 
 def _produce(
-    source: Iterator[Any], channel: Channel[Any], snapshot: UpstreamState | None = None, skip: int = 0
+    source: Iterator[Any],
+    channel: Channel[Any],
+    snapshot: UpstreamState | None = None,
+    skip: int = 0,
+    gate: Gate | None = None,
 ) -> None:
     try:
-        for item in source:
-            if skip:  # a restored buffer replaying what its consumer already had
-                skip -= 1
-                continue
+        # A restored buffer replays what its consumer already had: dropped at once, ungated.
+        for _ in itertools.islice(source, skip):
+            pass
+        for item in source if gate is None else gate.pace(source, channel):
             channel.put(item if snapshot is None else _Snapped(item, snapshot()))
         channel.put(_End(None if snapshot is None else snapshot()))
     except ChannelClosed:
@@ -85,19 +88,20 @@ class _Pass(Generic[T]):
     def __init__(self, owner: ThreadBuffer[T]) -> None:
         self._owner = owner
         self._channel: Channel[Any] = Channel(owner.buffer_size)
+        self._gate = owner.gate
         self._echoes: list[Any] = []
         self._done = False
         skip, partial = owner._begin_pass()
         self._partial = partial
         self._thread = threading.Thread(
             target=_produce,
-            args=(iter(owner.src), self._channel, owner._upstream_state, skip),
+            args=(iter(owner.src), self._channel, owner._upstream_state, skip, self._gate),
             name=f"loaderfactory-{owner.name}",
             daemon=True,
         )
         self._thread.start()
         # Stop the thread when this pass is garbage collected without being closed.
-        self._finalizer = weakref.finalize(self, _stop, self._channel, self._thread)
+        self._finalizer = weakref.finalize(self, _stop, self._channel, self._thread, self._gate)
 
     def __iter__(self) -> _Pass[T]:
         return self
@@ -113,6 +117,8 @@ class _Pass(Generic[T]):
             return self._echoes.pop()  # type: ignore[no-any-return]  # echoes are items of the source
         if self._done:
             raise StopIteration
+        if self._gate is not None and not self._channel:
+            self._gate.grant_one()  # a gated producer pulls the item this consumer now waits for
         try:
             item = self._channel.get(self._owner.timeout)
         except TimeoutError:
@@ -122,9 +128,12 @@ class _Pass(Generic[T]):
             self._echoes = []
             self._finalizer.detach()
             self._channel.close()
+            if self._gate is not None:
+                self._gate.wake()
             raise StallError(
-                f"{self._owner.name}: no batch from its source for {self._owner.timeout} s "
-                "(timeout); the source is stuck or too slow: raise the timeout or check the source"
+                owner.stall_message
+                or f"{owner.name}: no batch from its source for {owner.timeout} s (timeout); "
+                "the source is stuck or too slow: raise the timeout or check the source"
             ) from None
         except ChannelClosed:
             raise StopIteration from None
@@ -167,8 +176,10 @@ def _same(item: T) -> T:
     return item
 
 
-def _stop(channel: Channel[Any], thread: threading.Thread) -> None:
+def _stop(channel: Channel[Any], thread: threading.Thread, gate: Gate | None) -> None:
     channel.close()
+    if gate is not None:
+        gate.wake()  # a gated producer waits on the gate, not on the channel
     if thread is threading.current_thread():
         return
     thread.join(_JOIN_SECONDS)
@@ -197,6 +208,10 @@ class ThreadBuffer(Generic[T]):
         copy_echoes: echoes are deep copies of tensors and arrays, so editing one in place leaves
             the others intact; turn off to save the copies when the consumer never edits batches.
         name: names the thread and appears in errors.
+        gate: pauses the producer between items until the consumer lets it run (see
+            :class:`~loaderfactory.components.workers.channel.Gate`); ``None`` never pauses it.
+        stall_message: the :class:`~loaderfactory.errors.StallError` text, for a stage that
+            wraps the buffer and names its own setting; by default it names ``name``.
     """
 
     def __init__(
@@ -207,6 +222,9 @@ class ThreadBuffer(Generic[T]):
         repeats: int = 1,
         copy_echoes: bool = True,
         name: str = "ThreadBuffer",
+        *,
+        gate: Gate | None = None,
+        stall_message: str | None = None,
     ) -> None:
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
@@ -220,6 +238,8 @@ class ThreadBuffer(Generic[T]):
         self.repeats = repeats
         self.copy_echoes = copy_echoes
         self.name = name
+        self.gate = gate
+        self.stall_message = stall_message
         # A weak reference: a pass abandoned by an early ``break`` is collected at once, and
         # collecting it stops its thread.
         self._pass: weakref.ref[_Pass[T]] | None = None
@@ -296,74 +316,6 @@ class ThreadBuffer(Generic[T]):
         self._pending = dict(state)
 
     def __enter__(self) -> ThreadBuffer[T]:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-class _Reiterable(Generic[T]):
-    def __init__(self, make: Callable[[], Iterator[T]]) -> None:
-        self._make = make
-
-    def __iter__(self) -> Iterator[T]:
-        return self._make()
-
-
-class ThreadDataLoader(DataLoader[Any]):
-    """A ``torch.utils.data.DataLoader`` whose batches are prefetched by a :class:`ThreadBuffer`.
-
-    Use it where code expects a real ``DataLoader``. With ``num_workers=0`` and a dataset that
-    releases the GIL (I/O, numpy, torch ops), loading overlaps the training step at the cost of
-    one thread instead of worker processes.
-
-    Args:
-        dataset: the dataset to load from.
-        buffer_size: batches fetched ahead by the thread.
-        buffer_timeout: stall deadline in seconds for the next batch (``None`` waits forever).
-        num_workers: ``DataLoader`` worker processes beneath the thread.
-        repeats: yield each batch this many times (data echoing); ``len()`` counts them.
-        copy_echoes: see :class:`ThreadBuffer`.
-        **kwargs: any other ``DataLoader`` argument (``batch_size``, ``shuffle``, ...).
-    """
-
-    def __init__(
-        self,
-        dataset: Dataset[Any],
-        buffer_size: int = 1,
-        buffer_timeout: float | None = None,
-        num_workers: int = 0,
-        repeats: int = 1,
-        copy_echoes: bool = True,
-        **kwargs: Any,
-    ) -> None:
-        super().__init__(dataset, num_workers=num_workers, **kwargs)
-        self.buffer = ThreadBuffer(
-            _Reiterable(self._batches),
-            buffer_size=buffer_size,
-            timeout=buffer_timeout,
-            repeats=repeats,
-            copy_echoes=copy_echoes,
-            name="ThreadDataLoader",
-        )
-        self.buffer_size = buffer_size
-        self.buffer_timeout = buffer_timeout
-        self.repeats = repeats
-
-    def _batches(self) -> Iterator[Any]:
-        return super().__iter__()
-
-    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
-        return iter(self.buffer)
-
-    def __len__(self) -> int:
-        return super().__len__() * self.repeats
-
-    def close(self) -> None:
-        """Stop the prefetch thread (and with it the pass over the ``DataLoader``)."""
-        self.buffer.close()
-
-    def __enter__(self) -> ThreadDataLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -2,7 +2,7 @@
 
 It is the one threading pattern every stage uses: both sides block on a condition (no polling),
 the consumer can wait with a deadline, and ``close()`` wakes a producer blocked on a full channel
-so it can exit.
+so it can exit. A :class:`Gate` pauses a producer between items until its consumer lets it run.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
@@ -100,3 +102,67 @@ class Channel(Generic[T]):
         """The buffered items, oldest first, without taking them."""
         with self._lock:
             return list(self._items)
+
+
+class Gate:
+    """Lets a gated producer pull items only while someone holds :meth:`allow`; always open otherwise.
+
+    For a training step that releases the GIL in native code: the producer runs while the step
+    does and otherwise stays out of the consumer's way. A consumer waiting on an empty channel
+    grants one item with :meth:`grant_one`. Blocks on a condition: no sleeping, no polling.
+    Counts holders, so nested and concurrent ``allow()`` blocks work.
+
+    Args:
+        gated: ``False`` makes every call a no-op, so one code path serves both modes.
+    """
+
+    def __init__(self, gated: bool) -> None:
+        self.gated = gated
+        self._held = 0
+        self._credit = False
+        self._condition = threading.Condition()
+
+    def grant_one(self) -> None:
+        """Let the producer pull one more item (the consumer is waiting for it)."""
+        if not self.gated:
+            return
+        with self._condition:
+            self._credit = True
+            self._condition.notify_all()
+
+    @contextmanager
+    def allow(self) -> Iterator[None]:
+        """Let the producer run while this is held."""
+        with self._condition:
+            self._held += 1
+            self._condition.notify_all()
+        try:
+            yield
+        finally:
+            with self._condition:
+                self._held -= 1
+
+    def wait_open(self, channel: Channel[Any]) -> bool:
+        """Wait until the producer may pull an item; ``False`` once ``channel`` is closed."""
+        if not self.gated:
+            return not channel.closed
+        with self._condition:
+            while self._held == 0 and not self._credit and not channel.closed:
+                self._condition.wait()
+            if self._held == 0:
+                self._credit = False
+        return not channel.closed
+
+    def pace(self, source: Iterator[T], channel: Channel[Any]) -> Iterator[T]:
+        """The items of ``source``, each pulled only once the gate is open; ends when ``channel`` closes."""
+        while self.wait_open(channel):
+            try:
+                item = next(source)
+            except StopIteration:
+                return
+            yield item
+
+    def wake(self) -> None:
+        """Wake a waiting producer so it sees its channel closed."""
+        with self._condition:
+            self._condition.notify_all()
