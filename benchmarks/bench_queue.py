@@ -70,10 +70,12 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
     extra: dict[str, Any] = {}
     if name == "queue":
         from loaderfactory.components.queue.dataset import QueueDataset
+        from loaderfactory.config.specs.queue import QueueDatasetSpec
 
+        size = QueueDatasetSpec.model_validate({"ram_budget": budget}).ram_budget  # "16MB" → bytes
         start = time.perf_counter()
         with QueueDataset(
-            ds, epoch_size=10**9, mode="always", num_workers=2, batch_size=BATCH, ram_budget=budget, seed=0
+            ds, epoch_size=10**9, mode="always", num_workers=2, batch_size=BATCH, ram_budget=size, seed=0
         ) as queue:
             result = timed(queue, steps, start)
             telemetry = queue.telemetry()

@@ -11,10 +11,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loaderfactory.compat import TorchQueueDataset
 from loaderfactory.components.data.datasets import SyntheticDataset
 from loaderfactory.components.queue.dataset import QueueDataset
-from loaderfactory.components.queue.store import IndexDispenser
-from loaderfactory.errors import ConfigError, StallError
+from loaderfactory.components.queue.filler import index_order
+from loaderfactory.errors import LimitError, StallError
 
 FIELDS = {"vol": {"shape": [1, 4, 4, 4], "dtype": "float32"}}
 ITEM_BYTES = 4 * 64
@@ -59,7 +60,8 @@ def test_epoch_yields_epoch_size_batches_of_real_items(mode: str, worker_type: s
 
 
 def test_aliases_from_the_seed_work_in_python() -> None:
-    """torchvtk's names (bs, q_maxlen, epoch_len, sample_tfm, batch_tfm, preprocess_fn) set our fields."""
+    """torchvtk's names (bs, q_maxlen, epoch_len, sample_tfm, batch_tfm, preprocess_fn) set our fields
+    through compat's TorchQueueDataset."""
     calls: Counter[str] = Counter()
 
     def count(name: str) -> Any:
@@ -69,7 +71,7 @@ def test_aliases_from_the_seed_work_in_python() -> None:
 
         return fn
 
-    with QueueDataset(
+    with TorchQueueDataset(
         small(),
         bs=2,
         q_maxlen=5,
@@ -87,22 +89,22 @@ def test_aliases_from_the_seed_work_in_python() -> None:
 def test_alias_and_name_together_are_refused() -> None:
     """Giving ``bs`` and ``batch_size`` at once is a TypeError: which one wins would be a guess."""
     with pytest.raises(TypeError, match="'bs' and 'batch_size' name the same argument"):
-        QueueDataset(small(), batch_size=2, bs=3)
+        TorchQueueDataset(small(), batch_size=2, bs=3)
     with pytest.raises(TypeError, match="unexpected argument 'bsz'"):
-        QueueDataset(small(), bsz=3)
+        TorchQueueDataset(small(), bsz=3)
 
 
 @pytest.mark.parametrize(("ram_use", "budget"), [(2, 2_000_000), (1.5, 1_500_000)])
 def test_ram_use_above_one_is_megabytes(ram_use: float, budget: int) -> None:
     """The seed's ``ram_use`` keeps its meaning: above 1 it is a budget in MB."""
-    assert QueueDataset(small(), ram_use=ram_use).budget == budget
+    assert TorchQueueDataset(small(), ram_use=ram_use).budget == budget
 
 
 def test_ram_use_up_to_one_is_a_fraction_of_available_memory() -> None:
     """``ram_use=0.25`` is a quarter of the memory available at construction."""
     import psutil
 
-    budget = QueueDataset(small(), ram_use=0.25).budget
+    budget = TorchQueueDataset(small(), ram_use=0.25).budget
     assert 0.2 * psutil.virtual_memory().available < budget < 0.3 * psutil.virtual_memory().available
 
 
@@ -138,20 +140,20 @@ def test_capacity_given_directly_caps_the_item_count() -> None:
 
 def test_capacity_from_avg_item_size_in_megabytes() -> None:
     """``avg_item_size`` in MB gives capacity = budget // item size."""
-    q = QueueDataset(small(64), ram_budget="1MB", avg_item_size=0.1)
+    q = QueueDataset(small(64), ram_budget=10**6, avg_item_size=0.1)
     assert q.capacity == 10
 
 
 def test_capacity_from_an_example_tensor_and_item() -> None:
     """An example tensor, or a whole example item, is measured for the item size."""
-    assert QueueDataset(small(64), ram_budget="2560B", avg_item_size=torch.zeros(64)).capacity == 10
+    assert QueueDataset(small(64), ram_budget=2560, avg_item_size=torch.zeros(64)).capacity == 10
     example = {"vol": torch.zeros(32), "mask": torch.zeros(32, dtype=torch.uint8)}
-    assert QueueDataset(small(64), ram_budget="1600B", avg_item_size=example).capacity == 10
+    assert QueueDataset(small(64), ram_budget=1600, avg_item_size=example).capacity == 10
 
 
 def test_capacity_measured_from_loaded_items() -> None:
     """With no size given, the budget fills with as many real items as fit in its bytes."""
-    with QueueDataset(small(64), ram_budget=f"{ITEM_BYTES * 6 + 10}B", seed=0) as q:
+    with QueueDataset(small(64), ram_budget=ITEM_BYTES * 6 + 10, seed=0) as q:
         assert q.capacity == 64  # only bounded by the dataset until items are measured
         assert q.wait_fill_queue() == 6
 
@@ -162,27 +164,28 @@ def test_capacity_never_exceeds_the_dataset() -> None:
 
 
 def test_budget_below_one_item_is_refused_before_any_worker_starts() -> None:
-    """A budget smaller than ``avg_item_size`` is a ConfigError naming both sizes."""
+    """A budget smaller than ``avg_item_size`` is a LimitError naming both sizes."""
     before = threading.active_count()
-    with pytest.raises(ConfigError, match=r"ram_budget: 0\.001 MB holds not even one item of 0\.002 MB"):
-        QueueDataset(small(), ram_budget="1000B", avg_item_size=0.002)
+    with pytest.raises(LimitError, match=r"ram_budget: 0\.001 MB holds not even one item of 0\.002 MB"):
+        QueueDataset(small(), ram_budget=1000, avg_item_size=0.002)
     assert threading.active_count() == before
 
 
 def test_budget_below_the_first_measured_item_is_refused_at_the_first_draw() -> None:
     """Without a size hint, the first loaded item that exceeds the budget stops the queue with both sizes."""
-    q = QueueDataset(small(), ram_budget="100B", seed=0)
+    q = QueueDataset(small(), ram_budget=100, seed=0)
     with pytest.raises(
-        ConfigError, match=r"item \d+ takes 0\.000 MB, more than the whole budget of 0\.000 MB"
-    ):
+        LimitError, match=r"item \d+ takes 0\.000 MB, more than the whole budget of 0\.000 MB"
+    ) as info:
         next(iter(q))
+    assert info.value.component is q
     q.close()
 
 
 def test_budget_above_available_memory_is_refused_with_the_figures() -> None:
     """Asking for more bytes than are available names both figures."""
-    with pytest.raises(ConfigError, match=r"ram_budget: .* MB is more than the .* MB of memory available"):
-        QueueDataset(small(), ram_budget="100TB")
+    with pytest.raises(LimitError, match=r"ram_budget: .* MB is more than the .* MB of memory available"):
+        QueueDataset(small(), ram_budget=100 * 10**12)
 
 
 def test_wait_fill_true_waits_for_a_full_queue() -> None:
@@ -275,10 +278,10 @@ def test_every_item_loads_once_before_any_loads_twice() -> None:
 @settings(max_examples=30, deadline=None)
 @given(length=st.integers(1, 50), seed=st.integers(0, 2**40), passes=st.integers(1, 3))
 def test_dispenser_hands_out_each_index_once_per_pass(length: int, seed: int, passes: int) -> None:
-    """Every pass of the index dispenser is a permutation of the dataset's indices."""
-    dispenser = IndexDispenser(length, seed)
+    """Every pass of the index order is a permutation of the dataset's indices."""
+    order = index_order(length, seed)
     for _ in range(passes):
-        assert sorted(dispenser.next() for _ in range(length)) == list(range(length))
+        assert sorted(next(order) for _ in range(length)) == list(range(length))
 
 
 def test_onsample_lets_one_item_in_per_draw() -> None:

@@ -14,7 +14,7 @@ from process_checks import orphans_after_parent_kill
 
 from loaderfactory.components.data.datasets import SyntheticDataset
 from loaderfactory.components.queue.dataset import QueueDataset
-from loaderfactory.components.queue.workers import RemoteTraceback
+from loaderfactory.components.workers.remote import WorkerTraceback
 from loaderfactory.errors import WorkerError
 
 FIELDS = {"vol": {"shape": [8], "dtype": "float32"}}
@@ -38,8 +38,10 @@ class FailsAt(SyntheticDataset):
 @pytest.mark.parametrize("worker_type", ["thread", "process"])
 def test_worker_exception_reaches_the_consumer_with_its_type_and_item(worker_type: str) -> None:
     """A dataset error in a worker is raised at the next draw as the same type, naming the item index."""
+    # An epoch far longer than loading 16 items takes: the draws cannot run out before item 5 fails
+    # (1000 draws from the first items loaded could, with slow-starting worker processes).
     q = QueueDataset(
-        FailsAt(bad=5), epoch_size=1000, worker_type=worker_type, mode="always", wait_fill=False, seed=0
+        FailsAt(bad=5), epoch_size=10**6, worker_type=worker_type, mode="always", wait_fill=False, seed=0
     )
     with pytest.raises(BadItemError, match="cannot read item 5") as info:
         for _ in q:
@@ -50,7 +52,7 @@ def test_worker_exception_reaches_the_consumer_with_its_type_and_item(worker_typ
         frames = "".join(traceback.format_tb(info.value.__traceback__))
         assert "in __getitem__" in frames  # the original traceback, from the dataset's own frame
     else:
-        assert isinstance(info.value.__cause__, RemoteTraceback)
+        assert isinstance(info.value.__cause__, WorkerTraceback)
         assert "in __getitem__" in info.value.__cause__.text
         assert "pid" in notes
 
@@ -79,7 +81,7 @@ def test_unpicklable_exception_from_a_process_keeps_its_type() -> None:
     q = QueueDataset(Odd(4, FIELDS), worker_type="process", wait_fill=False, seed=0)
     with pytest.raises(ValueError, match="odd item") as info:
         next(iter(q))
-    assert isinstance(info.value.__cause__, RemoteTraceback)
+    assert isinstance(info.value.__cause__, WorkerTraceback)
     q.close()
 
 
@@ -100,7 +102,7 @@ def test_killed_worker_process_is_reported_with_its_pid_within_seconds() -> None
     victim = min(p.pid for p in psutil.Process().children() if p.pid not in before)
     os.kill(victim, signal.SIGKILL)
     killed = time.monotonic()
-    with pytest.raises(WorkerError, match=rf"pid {victim} was killed by signal SIGKILL"):
+    with pytest.raises(WorkerError, match=rf"pid {victim}\) was killed by signal SIGKILL"):
         for _ in iterator:
             time.sleep(0.001)
     assert time.monotonic() - killed < 5.0
@@ -165,7 +167,7 @@ q = QueueDataset(dataset, epoch_size=5, num_workers=2, worker_type="process", ca
                  multiprocessing_context="fork", seed=0)
 iterator = iter(q)
 next(iterator)
-print(" ".join(str(worker.process.pid) for worker in q._run.workers), flush=True)
+print(" ".join(str(pid) for pid in q._run.filler.pids), flush=True)
 time.sleep(60)
 """
     assert orphans_after_parent_kill(code) == []

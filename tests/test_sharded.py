@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import loaderfactory as lf
+from loaderfactory import compat
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.sharded import build_sharded_loader
 from loaderfactory.components.sharded import ShardedDataLoader, WorkerTraceback, get_worker_info
@@ -367,7 +368,7 @@ def test_a_killed_worker_raises_worker_error_within_seconds() -> None:
     pids = loader.worker_pids
     os.kill(pids[1], signal.SIGKILL)
     started = time.monotonic()
-    with pytest.raises(RuntimeError, match=rf"pid {pids[1]}\) was killed by SIGKILL") as info:
+    with pytest.raises(RuntimeError, match=rf"pid {pids[1]}\) was killed by signal SIGKILL") as info:
         next(iterator)
     assert isinstance(info.value, WorkerError)
     assert time.monotonic() - started < 30
@@ -419,7 +420,6 @@ def test_early_break_and_garbage_collection_stop_the_workers() -> None:
         ({"batch_size": 2, "last_batch": "roll"}, "last_batch must be one of keep, discard, rollover"),
         ({"batch_size": 2, "rank": 1}, "give rank and world_size together"),
         ({"batch_size": 2, "rank": 2, "world_size": 2}, r"rank must be in \[0, world_size\)"),
-        ({"batch_size": 2, "collate": list, "batchify_fn": list}, "collate and batchify_fn name the same"),
     ],
 )
 def test_the_seeds_argument_rules_are_value_errors(kwargs: dict[str, Any], message: str) -> None:
@@ -428,15 +428,51 @@ def test_the_seeds_argument_rules_are_value_errors(kwargs: dict[str, Any], messa
         ShardedDataLoader(Items(), **kwargs)
 
 
-def test_the_seeds_names_are_aliases() -> None:
-    """batchify_fn is collate and thread_pool=True means thread workers."""
-    loader = ShardedDataLoader(Items(8), batch_size=4, batchify_fn=len, thread_pool=True, num_workers=1)
+def test_the_seeds_names_are_aliases_in_compat_and_the_spec() -> None:
+    """gluon-nlp's signature in compat: batchify_fn is collate, thread_pool=True means thread workers."""
+    loader = compat.ShardedDataLoader(Items(8), 4, False, None, None, None, len, 1, False, None, True)
+    assert isinstance(loader, ShardedDataLoader)
     assert loader.worker_type == "thread"
     assert list(loader) == [4, 4]
     spec = ShardedLoaderSpec.model_validate(
         {"bs": 4, "thread_pool": True, "batchify_fn": {"kind": "default"}}
     )
     assert (spec.batch_size, spec.worker_type, spec.collate.kind) == (4, "thread", "default")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"collate": list, "batchify_fn": list}, "collate and batchify_fn name the same"),
+        (
+            {"worker_type": "thread", "thread_pool": False},
+            "worker_type='thread' and thread_pool=False contradict",
+        ),
+    ],
+)
+def test_the_compat_wrapper_refuses_a_name_given_twice(kwargs: dict[str, Any], message: str) -> None:
+    """A seed's name and ours given for one argument raise ValueError saying which."""
+    with pytest.raises(ValueError, match=message):
+        compat.ShardedDataLoader(Items(), 2, **kwargs)
+
+
+@pytest.mark.parametrize("name", ["batchify_fn", "thread_pool"])
+def test_the_component_takes_canonical_names_only(name: str) -> None:
+    """The seed's names live in compat: the component itself refuses them."""
+    with pytest.raises(TypeError, match=name):
+        ShardedDataLoader(Items(), batch_size=2, **{name: True})
+
+
+def test_a_runtime_argument_error_is_a_config_error_at_build() -> None:
+    """A rule only the runtime can check (a dataset without len()) is a ConfigError naming the slot."""
+
+    class Unsized:
+        def __getitem__(self, index: int) -> int:
+            return index
+
+    with pytest.raises(ConfigError, match="loader: the dataset has no len") as info:
+        build_sharded_loader(ShardedLoaderSpec(batch_size=2, distributed="off"), Unsized(), BuildContext())
+    assert info.value.paths == ["loader"]
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import os
+import re
 from typing import Any
 
 import torch.distributed as dist
@@ -62,27 +63,41 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
             )
         )
     rank, world_size = resolve_distributed(spec.distributed)
-    return ShardedDataLoader(
-        upstream,
-        batch_size=spec.batch_size,
-        shuffle=spec.shuffle,
-        sampler=_build_sampler(spec.sampler, upstream, "loader.sampler"),
-        last_batch=spec.last_batch,
-        batch_sampler=_build_sampler(spec.batch_sampler, upstream, "loader.batch_sampler"),
-        collate=build_helper("collate", spec.collate),
-        num_workers=spec.num_workers,
-        worker_type=spec.worker_type,
-        pin_memory=spec.pin_memory,
-        prefetch=spec.prefetch,
-        num_shards=spec.num_shards,
-        seed=spec.seed if spec.seed is not None else context.seed,
-        rank=rank,
-        world_size=world_size,
-        persistent_workers=spec.persistent_workers,
-        timeout=spec.timeout,
-        balance=spec.balance,
-        multiprocessing_context=spec.multiprocessing_context,
-    )
+    sampler = _build_sampler(spec.sampler, upstream, "loader.sampler")
+    batch_sampler = _build_sampler(spec.batch_sampler, upstream, "loader.batch_sampler")
+    collate = build_helper("collate", spec.collate)
+    try:
+        return ShardedDataLoader(
+            upstream,
+            spec.batch_size,
+            shuffle=spec.shuffle,
+            sampler=sampler,
+            last_batch=spec.last_batch,
+            batch_sampler=batch_sampler,
+            collate=collate,
+            num_workers=spec.num_workers,
+            worker_type=spec.worker_type,
+            pin_memory=spec.pin_memory,
+            prefetch=spec.prefetch,
+            num_shards=spec.num_shards,
+            seed=spec.seed if spec.seed is not None else context.seed,
+            rank=rank,
+            world_size=world_size,
+            balance=spec.balance,
+            persistent_workers=spec.persistent_workers,
+            timeout=spec.timeout,
+            multiprocessing_context=spec.multiprocessing_context,
+        )
+    except ValueError as err:
+        raise ConfigError(ConfigProblem(_config_path(str(err)), str(err))) from err
+
+
+def _config_path(message: str) -> str:
+    """The field a runtime argument error is about: its message starts with the argument's name."""
+    argument = re.split(r"[^a-z_]", message, maxsplit=1)[0]
+    if argument in ("rank", "world_size"):
+        argument = "distributed"
+    return f"loader.{argument}" if argument in ShardedLoaderSpec.model_fields else "loader"
 
 
 def _build_sampler(spec: SamplerTargetSpec | None, dataset: Any, path: str) -> Any:

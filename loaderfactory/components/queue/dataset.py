@@ -2,15 +2,15 @@
 
 Turns slow storage into fast training: workers load items into a bounded in-memory queue, and each
 batch is drawn uniformly at random from whatever the queue holds. Improves on torchvtk's
-``TorchQueueDataset``: the RAM budget holds by bytes for every item actually loaded (not an estimate
-from the first file), ``wait_fill=True`` waits for a full queue and raises on timeout, an epoch is
-``epoch_size`` batches, a failing or killed worker stops the queue with an error instead of leaving
-it to resample stale items, and the seed's ``ram_use=1.5`` keeps meaning 1.5 MB.
+``TorchQueueDataset`` (whose argument names :class:`loaderfactory.compat.TorchQueueDataset` keeps):
+the RAM budget holds by bytes for every item actually loaded (not an estimate from the first file),
+``wait_fill=True`` waits for a full queue and raises on timeout, an epoch is ``epoch_size``
+batches, and a failing or killed worker stops the queue with an error instead of leaving it to
+resample stale items.
 """
 
 from __future__ import annotations
 
-import inspect
 import random
 import threading
 import time
@@ -21,63 +21,15 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-import psutil
 import torch
 from torch.utils.data import DataLoader, IterableDataset
 
-from loaderfactory.components.data.batch_utils import batch_nbytes
 from loaderfactory.components.data.collate import DictCollate
-from loaderfactory.components.data.transforms import takes_generator
-from loaderfactory.components.queue.store import IndexDispenser, Mode, QueueStore, megabytes
+from loaderfactory.components.queue.arguments import MB, as_transform, check_arguments, dataset_length, sizes
+from loaderfactory.components.queue.filler import Filler
+from loaderfactory.components.queue.store import Mode, QueueStore, megabytes
 from loaderfactory.components.queue.telemetry import QueueTelemetry
-from loaderfactory.components.queue.workers import Worker, start_workers, stop_workers
-from loaderfactory.config.sizes import parse_size
-from loaderfactory.errors import ConfigError, ConfigProblem, StallError
-
-MB = 10**6
-ALIASES = {
-    "bs": "batch_size",
-    "q_maxlen": "capacity",
-    "ram_use": "ram_budget",
-    "epoch_len": "epoch_size",
-    "sample_tfm": "sample_transforms",
-    "batch_tfm": "batch_transforms",
-    "preprocess_fn": "preprocess",
-    "collate_fn": "collate",
-}
-"""torchvtk's argument names → ours."""
-
-
-def budget_bytes(ram_budget: float | int | str, available: int) -> int:
-    """Bytes from a float in (0, 1] (fraction of ``available``), an int (bytes) or a size string."""
-    if isinstance(ram_budget, str):
-        try:
-            return parse_size(ram_budget)
-        except ValueError as err:
-            raise ConfigError(ConfigProblem("ram_budget", str(err))) from None
-    if isinstance(ram_budget, bool) or not isinstance(ram_budget, int | float) or ram_budget <= 0:
-        raise ConfigError(
-            ConfigProblem(
-                "ram_budget", f"must be a fraction in (0, 1], bytes or a size string, got {ram_budget!r}"
-            )
-        )
-    if isinstance(ram_budget, float):
-        if ram_budget > 1:
-            raise ConfigError(
-                ConfigProblem(
-                    "ram_budget", f"a float is a fraction of available memory in (0, 1], got {ram_budget}"
-                )
-            )
-        return int(ram_budget * available)
-    return ram_budget
-
-
-def _as_transform(fn: Callable[..., Any] | None) -> Callable[[Any, torch.Generator], Any] | None:
-    if fn is None:
-        return None
-    if takes_generator(fn):
-        return fn
-    return lambda item, generator: fn(item)
+from loaderfactory.errors import StallError
 
 
 class QueueDataset(IterableDataset[Any]):
@@ -86,11 +38,11 @@ class QueueDataset(IterableDataset[Any]):
     Use it when loading an item is much slower than a training step (network disks, heavy
     decoding) and seeing an item several times per pass is acceptable. In mode ``"onsample"`` each
     draw from a full queue lets the oldest item out and the next draw waits for its replacement
-    (gentle on storage, reproducible with one worker and a seed); in mode ``"always"`` the workers
-    replace the oldest items as fast as they load and draws never wait once the queue has filled.
-    Costs ``num_workers`` threads or processes and up to ``ram_budget`` of memory, plus one item
-    in flight per worker. Workers start at the first iteration; breaking out of an epoch early,
-    ``close()`` or garbage collection stops them (the next iteration starts a fresh queue).
+    (gentle on storage, reproducible with a seed); in mode ``"always"`` the workers replace the
+    oldest items as fast as they load and draws never wait once the queue has filled. Costs
+    ``num_workers`` threads or processes, one filler thread and up to ``ram_budget`` of memory,
+    plus about one item in flight per worker. Workers start at the first iteration; breaking out of
+    an epoch early, ``close()`` or garbage collection stops them (the next iteration starts afresh).
 
     Args:
         dataset: a map-style dataset (``len`` and ``[i]``) of dict items.
@@ -101,8 +53,8 @@ class QueueDataset(IterableDataset[Any]):
             ``"process"`` (items arrive in shared memory).
         capacity: most items held; ``None`` derives it from the budget and ``avg_item_size``
             (the byte budget applies either way). Never more than ``len(dataset)``.
-        ram_budget: a float in (0, 1] (fraction of available memory), bytes, or a size string
-            (``"2GiB"``). The items held never exceed it in bytes.
+        ram_budget: a float in (0, 1] (fraction of available memory) or an int (bytes). The items
+            held never exceed it in bytes; an item larger than all of it raises :class:`LimitError`.
         avg_item_size: an item's size in MB, or an example item (tensor or dict) to measure;
             ``None`` measures the items as they load.
         wait_fill: ``True`` waits for a full queue before the first draw, an int for that many
@@ -118,8 +70,6 @@ class QueueDataset(IterableDataset[Any]):
         on_fill_timeout: ``"raise"`` or ``"warn"`` when ``wait_fill`` times out.
         timeout: seconds a draw may wait for the workers before :class:`StallError`; ``None``: forever.
         multiprocessing_context: ``"fork"``, ``"spawn"`` or ``"forkserver"`` for process workers.
-        **aliases: torchvtk's names: ``bs``, ``q_maxlen``, ``ram_use`` (≤ 1: fraction, > 1: MB),
-            ``epoch_len``, ``sample_tfm``, ``batch_tfm``, ``preprocess_fn``, ``collate_fn``.
     """
 
     def __init__(
@@ -130,7 +80,7 @@ class QueueDataset(IterableDataset[Any]):
         num_workers: int = 1,
         worker_type: Literal["thread", "process"] = "thread",
         capacity: int | None = None,
-        ram_budget: float | int | str = 0.5,
+        ram_budget: float | int = 0.5,
         avg_item_size: float | torch.Tensor | Mapping[str, Any] | None = None,
         wait_fill: bool | int = True,
         wait_fill_timeout: float | None = 60.0,
@@ -145,117 +95,39 @@ class QueueDataset(IterableDataset[Any]):
         on_fill_timeout: Literal["raise", "warn"] = "raise",
         timeout: float | None = None,
         multiprocessing_context: str | None = None,
-        **aliases: Any,
     ) -> None:
-        given = dict(locals())
-        for old, new in aliases.items():
-            if old not in ALIASES:
-                raise TypeError(f"QueueDataset got an unexpected argument {old!r}")
-            canonical = ALIASES[old]
-            if given[canonical] is not _DEFAULTS[canonical]:
-                raise TypeError(f"{old!r} and {canonical!r} name the same argument; give one")
-            if old == "ram_use" and isinstance(new, int | float) and not isinstance(new, bool) and new > 1:
-                new = int(new * MB)  # torchvtk: ram_use > 1 is a budget in MB
-            elif old == "ram_use" and isinstance(new, int | float):
-                new = float(new)
-            given[canonical] = new
-        self._configure(**{k: given[k] for k in _DEFAULTS})
-
-    def _configure(self, **kw: Any) -> None:
-        problems = []
-        dataset = kw["dataset"]
-        if isinstance(dataset, IterableDataset) or not hasattr(dataset, "__getitem__"):
-            raise TypeError(
-                f"QueueDataset needs a map-style dataset (len and [i]), got {type(dataset).__name__}"
-            )
         self.dataset = dataset
-        self.length = len(dataset)
-        if self.length < 1:
-            problems.append(ConfigProblem("dataset", "is empty"))
-        for name in ("epoch_size", "num_workers", "batch_size"):
-            if not isinstance(kw[name], int) or kw[name] < 1:
-                problems.append(ConfigProblem(name, f"must be an int >= 1, got {kw[name]!r}"))
-        if kw["mode"] not in ("onsample", "always"):
-            problems.append(ConfigProblem("mode", f"must be 'onsample' or 'always', got {kw['mode']!r}"))
-        if kw["worker_type"] not in ("thread", "process"):
-            problems.append(
-                ConfigProblem("worker_type", f"must be 'thread' or 'process', got {kw['worker_type']!r}")
-            )
-        if kw["capacity"] is not None and (not isinstance(kw["capacity"], int) or kw["capacity"] < 1):
-            problems.append(ConfigProblem("capacity", f"must be an int >= 1 or None, got {kw['capacity']!r}"))
-        wait_fill = kw["wait_fill"]
-        if not isinstance(wait_fill, bool) and (not isinstance(wait_fill, int) or wait_fill < 1):
-            problems.append(
-                ConfigProblem("wait_fill", f"must be true, false or an int >= 1, got {wait_fill!r}")
-            )
-        if kw["on_fill_timeout"] not in ("raise", "warn"):
-            problems.append(
-                ConfigProblem("on_fill_timeout", f"must be 'raise' or 'warn', got {kw['on_fill_timeout']!r}")
-            )
-        if problems:
-            raise ConfigError(problems)
-        self.epoch_size: int = kw["epoch_size"]
-        self.mode: Mode = kw["mode"]
-        self.num_workers: int = kw["num_workers"]
-        self.worker_type: str = kw["worker_type"]
-        self.batch_size: int = kw["batch_size"]
-        self.wait_fill: bool | int = wait_fill
-        self.wait_fill_timeout: float | None = kw["wait_fill_timeout"]
-        self.on_fill_timeout: str = kw["on_fill_timeout"]
-        self.timeout: float | None = kw["timeout"]
-        self.multiprocessing_context: str | None = kw["multiprocessing_context"]
-        self.sample_transforms = _as_transform(kw["sample_transforms"])
-        self.batch_transforms = _as_transform(kw["batch_transforms"])
-        self.preprocess = kw["preprocess"]
-        self.collate: Callable[[list[Any]], Any] = kw["collate"] or DictCollate()
-        self.log_sampling: bool = kw["log_sampling"]
-        self.seed: int = kw["seed"] if kw["seed"] is not None else random.SystemRandom().randrange(2**62)
-
-        available = int(psutil.virtual_memory().available)
-        self.ram_budget = kw["ram_budget"]
-        self.budget = budget_bytes(kw["ram_budget"], available)
-        if self.budget > available:
-            raise ConfigError(
-                ConfigProblem(
-                    "ram_budget",
-                    f"{megabytes(self.budget)} is more than the {megabytes(available)} of memory available; "
-                    "give a smaller size or a fraction such as 0.5",
-                )
-            )
-        self.item_size = self._item_size(kw["avg_item_size"])
-        if self.item_size is not None and self.item_size > self.budget:
-            raise ConfigError(
-                ConfigProblem(
-                    "ram_budget",
-                    f"{megabytes(self.budget)} holds not even one item of {megabytes(self.item_size)} "
-                    "(avg_item_size); raise ram_budget",
-                )
-            )
-        capacity: int | None = kw["capacity"]
-        if capacity is None and self.item_size:
-            capacity = max(1, self.budget // self.item_size)
-        self.capacity: int = min(capacity, self.length) if capacity is not None else self.length
+        self.length = dataset_length(dataset)
+        check_arguments(
+            {"epoch_size": epoch_size, "num_workers": num_workers, "batch_size": batch_size},
+            {"mode": mode, "worker_type": worker_type, "on_fill_timeout": on_fill_timeout},
+            capacity,
+            wait_fill,
+        )
+        self.epoch_size = epoch_size
+        self.mode: Mode = mode
+        self.num_workers = num_workers
+        self.worker_type: Literal["thread", "process"] = worker_type
+        self.batch_size = batch_size
+        self.wait_fill = wait_fill
+        self.wait_fill_timeout = wait_fill_timeout
+        self.on_fill_timeout = on_fill_timeout
+        self.timeout = timeout
+        self.multiprocessing_context = multiprocessing_context
+        self.sample_transforms = as_transform(sample_transforms)
+        self.batch_transforms = as_transform(batch_transforms)
+        self.preprocess = preprocess
+        self.collate: Callable[[list[Any]], Any] = collate or DictCollate()
+        self.log_sampling = log_sampling
+        self.seed: int = seed if seed is not None else random.SystemRandom().randrange(2**62)
+        self.ram_budget = ram_budget
+        self.budget, self.item_size, self.capacity = sizes(
+            ram_budget, avg_item_size, capacity, self.length, self
+        )
         self.telemetry_log = QueueTelemetry(self.length, self.log_sampling)
         self._lock = threading.Lock()
         self._run: _Run | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
-
-    @staticmethod
-    def _item_size(value: Any) -> int | None:
-        if value is None:
-            return None
-        if isinstance(value, torch.Tensor | Mapping | list | tuple | np.ndarray):
-            size = batch_nbytes(value)
-            if size <= 0:
-                raise ConfigError(
-                    ConfigProblem("avg_item_size", "the example item holds no tensors to measure")
-                )
-            return size
-        if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-            raise ConfigError(
-                ConfigProblem("avg_item_size", f"must be a size in MB > 0 or an example item, got {value!r}")
-            )
-        return max(1, int(value * MB))
 
     # -- lifecycle ----------------------------------------------------------------------------
     def start(self) -> None:
@@ -382,7 +254,6 @@ class QueueDataset(IterableDataset[Any]):
     def telemetry(self) -> dict[str, Any]:
         """Sampling uniformity, fill level, item age, loads and memory, for the run report."""
         run = self._run
-        store = run.store if run is not None else None
         report = self.telemetry_log.summary()
         report.update(
             mode=self.mode,
@@ -390,8 +261,8 @@ class QueueDataset(IterableDataset[Any]):
             capacity=self.capacity,
             budget_mb=round(self.budget / MB, 3),
         )
-        if store is not None:
-            report.update(qsize=len(store), held_mb=round(store.nbytes / MB, 3))
+        if run is not None:
+            report.update(qsize=len(run.store), held_mb=round(run.store.nbytes / MB, 3))
         return report
 
     def plot_telemetry(self, out_dir: Path) -> list[Path]:
@@ -400,16 +271,10 @@ class QueueDataset(IterableDataset[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """What survives a restart: the sampling counts (the queue's items are reloaded)."""
-        return {"draws": self.telemetry_log.draws, "sampling_counts": self.telemetry_log.counts.tolist()}
+        return self.telemetry_log.state_dict()
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        counts = np.asarray(state["sampling_counts"], dtype=np.int64)
-        if counts.shape != (self.length,):
-            raise ValueError(
-                f"sampling_counts has {counts.size} entries; this dataset has {self.length} items"
-            )
-        self.telemetry_log.counts = counts
-        self.telemetry_log.draws = int(state["draws"])
+        self.telemetry_log.load_state_dict(state)
 
     def __repr__(self) -> str:
         return (
@@ -420,32 +285,24 @@ class QueueDataset(IterableDataset[Any]):
 
 
 class _Run:
-    """One start of the queue: its store, index dispenser, random streams and workers."""
+    """One start of the queue: its store, random streams and filler."""
 
     def __init__(self, queue: QueueDataset) -> None:
-        self.store = QueueStore(queue.budget, queue.capacity, queue.mode)
-        self.dispenser = IndexDispenser(queue.length, queue.seed)
+        self.store = QueueStore(queue.budget, queue.capacity, queue.mode, owner=queue)
         self.rng = random.Random(queue.seed)
         self.generator = torch.Generator().manual_seed(queue.seed)
         self.telemetry = queue.telemetry_log
         self.telemetry.watch(self.store)
-        self.workers: list[Worker] = start_workers(
-            queue.num_workers,
-            queue.worker_type,
+        self.filler = Filler(
+            self.store,
             queue.dataset,
             queue.preprocess,
-            self.dispenser,
-            self.store,
-            queue.multiprocessing_context,
+            num_workers=queue.num_workers,
+            worker_type=queue.worker_type,
+            seed=queue.seed,
+            multiprocessing_context=queue.multiprocessing_context,
         )
 
     def stop(self) -> None:
-        stop_workers(self.workers, self.store)
+        self.filler.close()
         self.telemetry.absorb(self.store)
-
-
-_DEFAULTS: dict[str, Any] = {
-    name: parameter.default
-    for name, parameter in inspect.signature(QueueDataset.__init__).parameters.items()
-    if name not in ("self", "aliases")
-}

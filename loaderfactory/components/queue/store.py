@@ -1,9 +1,8 @@
 """The in-memory part of :class:`~loaderfactory.components.queue.dataset.QueueDataset`.
 
 ``QueueStore`` holds loaded items under a byte budget (and an optional item count), hands random
-samples to the consumer and takes new items from the workers. ``IndexDispenser`` decides which item
-each worker loads next. Both are plain thread-safe objects: every wait blocks on one condition with
-a deadline, nothing polls.
+samples to the consumer and takes new items from the filler. It is a plain thread-safe object:
+every wait blocks on one condition with a deadline, nothing polls.
 """
 
 from __future__ import annotations
@@ -11,19 +10,18 @@ from __future__ import annotations
 import random
 import threading
 import time
+import weakref
 from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
-import torch
-
-from loaderfactory.errors import ConfigError, ConfigProblem, StallError
+from loaderfactory.errors import LimitError, StallError
 
 Mode = Literal["onsample", "always"]
 
 
 class StoreClosed(Exception):
-    """Raised in a worker by :meth:`QueueStore.put` once the queue is closed."""
+    """Raised in the filler by :meth:`QueueStore.put` once the queue is closed."""
 
 
 @dataclass
@@ -45,16 +43,18 @@ class QueueStore:
     """Loaded items, oldest first, never more than ``budget`` bytes or ``capacity`` items.
 
     In mode ``always`` a new item pushes out the oldest items until it fits. In mode ``onsample``
-    a worker whose item does not fit waits; each draw from a full queue lets the oldest item out,
+    a put whose item does not fit waits; each draw from a full queue lets the oldest item out,
     and the next draw waits until a new item has taken its place.
 
     Args:
         budget: bytes the items may hold together.
         capacity: items held at most (``None``: only the budget limits the count).
         mode: ``"onsample"`` or ``"always"``.
+        owner: the component a :class:`LimitError` names (held weakly: the store never keeps it alive).
     """
 
-    def __init__(self, budget: int, capacity: int | None, mode: Mode) -> None:
+    def __init__(self, budget: int, capacity: int | None, mode: Mode, owner: object = None) -> None:
+        self._owner = None if owner is None else weakref.ref(owner)
         self.budget = budget
         self.capacity = capacity
         self.mode = mode
@@ -64,7 +64,7 @@ class QueueStore:
         self._closed = False
         self._failure: BaseException | None = None
         self._blocked = 0
-        """Workers waiting for room with a loaded item (mode ``onsample``)."""
+        """Puts waiting for room with a loaded item (mode ``onsample``)."""
         self._owed = 0
         """Items let out by draws and not yet replaced (mode ``onsample``)."""
         self.full_once = False
@@ -72,16 +72,15 @@ class QueueStore:
         self.loads = 0
         self.evictions = 0
 
-    # -- workers ------------------------------------------------------------------------------
+    # -- filler -------------------------------------------------------------------------------
     def put(self, entry: Entry) -> None:
         """Add a loaded item; waits for room in mode ``onsample``. Raises :class:`StoreClosed`."""
         if entry.nbytes > self.budget:
-            raise ConfigError(
-                ConfigProblem(
-                    "ram_budget",
-                    f"item {entry.index} takes {megabytes(entry.nbytes)}, more than the whole budget of "
-                    f"{megabytes(self.budget)}; raise ram_budget or make items smaller",
-                )
+            raise LimitError(
+                "ram_budget",
+                f"item {entry.index} takes {megabytes(entry.nbytes)}, more than the whole budget of "
+                f"{megabytes(self.budget)}; raise ram_budget or make items smaller",
+                component=None if self._owner is None else self._owner(),
             )
         with self._cond:
             if self.mode == "always":
@@ -113,14 +112,14 @@ class QueueStore:
             self._cond.notify_all()
 
     def fail(self, error: BaseException) -> None:
-        """Record a worker's failure; the next draw raises it. The first failure wins."""
+        """Record the filler's or a worker's failure; the next draw raises it. The first failure wins."""
         with self._cond:
             if self._failure is None and not self._closed:
                 self._failure = error
             self._cond.notify_all()
 
     def close(self) -> None:
-        """Wake every waiter; workers get :class:`StoreClosed`, items are dropped."""
+        """Wake every waiter; the filler gets :class:`StoreClosed`, items are dropped."""
         with self._cond:
             self._closed = True
             self._entries.clear()
@@ -148,7 +147,7 @@ class QueueStore:
                 if remaining is not None and remaining <= 0:
                     raise StallError(
                         f"{name}: no batch for {timeout} s (timeout): the queue holds {len(self._entries)} "
-                        f"items and its workers have not delivered; they are stuck or too slow"
+                        "items and its workers have not delivered; they are stuck or too slow"
                     )
                 self._cond.wait(remaining)
             size = len(self._entries)
@@ -212,34 +211,3 @@ class QueueStore:
     def _raise_if_failed(self) -> None:
         if self._failure is not None:
             raise self._failure
-
-
-class IndexDispenser:
-    """Hands out dataset indices: every pass is a fresh seeded permutation of ``range(length)``.
-
-    Workers take the next index of the current pass when they are ready for one, so their shares
-    are disjoint, a slow worker never holds a pass back, and every item is loaded once before any
-    item is loaded a second time.
-    """
-
-    def __init__(self, length: int, seed: int) -> None:
-        self.length = length
-        self.seed = seed
-        self._lock = threading.Lock()
-        self.passes = 0
-        self._position = 0
-        self._order = self._permutation(0)
-
-    def _permutation(self, pass_number: int) -> list[int]:
-        generator = torch.Generator().manual_seed((self.seed * 1_000_003 + pass_number) % 2**63)
-        return torch.randperm(self.length, generator=generator).tolist()
-
-    def next(self) -> int:
-        with self._lock:
-            if self._position == self.length:
-                self.passes += 1
-                self._position = 0
-                self._order = self._permutation(self.passes)
-            index = self._order[self._position]
-            self._position += 1
-            return index

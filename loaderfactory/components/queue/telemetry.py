@@ -3,7 +3,7 @@ fill level and the age of drawn items, summarised for the run report and drawn a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -53,6 +53,18 @@ class QueueTelemetry:
         self.peak_bytes = max(self.peak_bytes, store.peak_bytes)
         if self._live is store:
             self._live = None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"draws": self.draws, "sampling_counts": self.counts.tolist()}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        counts = np.asarray(state["sampling_counts"], dtype=np.int64)
+        if counts.shape != self.counts.shape:
+            raise ValueError(
+                f"sampling_counts has {counts.size} entries; this dataset has {self.counts.size} items"
+            )
+        self.counts = counts
+        self.draws = int(state["draws"])
 
     def ratio(self) -> float | None:
         """Most over least drawn item; ``None`` while some item was never drawn."""

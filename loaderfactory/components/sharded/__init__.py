@@ -1,4 +1,4 @@
-"""The ``sharded`` loader: shard plans, worker pools and :class:`ShardedDataLoader`."""
+"""The ``sharded`` loader: shard plans and :class:`ShardedDataLoader` on the shared worker pools."""
 
 from loaderfactory.components.sharded.loader import ShardedDataLoader
 from loaderfactory.components.sharded.sampling import (
@@ -10,7 +10,8 @@ from loaderfactory.components.sharded.sampling import (
     epoch_permutation,
     rank_size,
 )
-from loaderfactory.components.sharded.workers import WorkerInfo, WorkerTraceback, get_worker_info
+from loaderfactory.components.workers.info import WorkerInfo, get_worker_info
+from loaderfactory.components.workers.remote import WorkerTraceback
 
 __all__ = [
     "EpochPlan",

@@ -3,36 +3,33 @@
 Rebuilt on torch from gluon-nlp's design, with what it lacks: a dead worker raises at once
 instead of hanging the loop, a stuck one raises after ``timeout``, batches cross processes through
 shared memory instead of pickled bytes, rollover state survives in ``state_dict()``, and the index
-space is split between data-parallel ranks.
+space is split between data-parallel ranks. gluon-nlp's argument names are in
+:mod:`loaderfactory.compat`.
 """
 
 from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 from torch.utils.data import default_collate
 
+from loaderfactory.components.sharded.arguments import check_sampling, check_workers, place
+from loaderfactory.components.sharded.passes import LoadStep, Pass, Pool
 from loaderfactory.components.sharded.sampling import (
-    BALANCE,
-    LAST_BATCH,
     Balance,
     EpochPlan,
     LastBatch,
     ShardPlanner,
     Step,
 )
-from loaderfactory.components.sharded.workers import (
-    ProcessPool,
-    ThreadPool,
-    make_step,
-    unpack_error,
-    worker_seed,
-)
+from loaderfactory.components.workers.info import worker_seed
+from loaderfactory.components.workers.processes import ProcessWorkers
+from loaderfactory.components.workers.threads import ThreadWorkers
 
-Pool = ProcessPool | ThreadPool
+WorkerType = Literal["process", "thread"]
 
 
 class ShardedDataLoader:
@@ -44,7 +41,7 @@ class ShardedDataLoader:
     seeded per-epoch order and yield the same number of steps (``balance``).
 
     Costs ``num_workers`` processes (or threads) and up to ``prefetch`` steps in flight; process
-    workers hand tensors over in shared memory.
+    workers are torch's ``DataLoader`` workers and hand tensors over in shared memory.
 
     Args:
         dataset: a map-style dataset (``__getitem__``; ``__len__`` unless a sampler is given).
@@ -58,81 +55,55 @@ class ShardedDataLoader:
             ``num_shards``.
         collate: merges a list of items into a batch (``torch``'s ``default_collate``).
         num_workers: background workers; 0 loads in the consumer's thread.
-        worker_type: ``process`` (the dataset runs in forked processes, batches come back in
+        worker_type: ``process`` (the dataset runs in worker processes, batches come back in
             shared memory) or ``thread`` (workers share the dataset; good when it releases the GIL).
         pin_memory: pin batches for fast host-to-device copies when an accelerator is present;
             does nothing on a CPU-only machine.
-        prefetch: steps in flight at most; default 2 per worker.
+        prefetch: steps the workers run ahead of the consumer at most (process workers: rounded up
+            to a multiple of ``num_workers``); default 2 per worker.
         num_shards: batches per step.
-        seed: seeds the shuffle (same on every rank) and, derived per worker, the workers' torch,
-            numpy and ``random`` generators. ``None``: random when alone, 0 across ranks.
+        seed: seeds the shuffle (same on every rank) and, derived per rank and worker, the workers'
+            torch, numpy and ``random`` generators. ``None``: random when alone, 0 across ranks.
         rank: this process's rank among ``world_size`` data-parallel processes.
         world_size: data-parallel processes; give both or neither.
+        balance: how ranks get equal steps: ``pad`` (wrap the order around, a few items seen
+            twice), ``drop`` (skip the last few) or ``uneven`` (never duplicate or skip; the last
+            rank may have one step fewer, so wrap training in ``torch.distributed.algorithms.Join``).
         persistent_workers: keep the workers between complete epochs.
         timeout: seconds to wait for a worker's batch before raising
             :class:`~loaderfactory.errors.StallError`; ``None`` waits forever (a dead worker
             still raises :class:`~loaderfactory.errors.WorkerError` at once).
-        balance: how ranks get equal steps: ``pad`` (wrap the order around, a few items seen
-            twice), ``drop`` (skip the last few) or ``uneven`` (never duplicate or skip; the last
-            rank may have one step fewer, so wrap training in ``torch.distributed.algorithms.Join``).
         multiprocessing_context: ``fork`` (default where available), ``spawn`` or ``forkserver``.
-        batchify_fn: the seed's name for ``collate``.
-        thread_pool: the seed's switch: ``True`` means ``worker_type="thread"``.
+        name: names the workers and opens their errors.
     """
 
     def __init__(
         self,
         dataset: Any,
         batch_size: int | None = None,
+        *,
         shuffle: bool = False,
         sampler: Iterable[int] | None = None,
         last_batch: LastBatch = "keep",
         batch_sampler: Iterable[Step] | None = None,
         collate: Callable[[list[Any]], Any] | None = None,
         num_workers: int = 0,
-        worker_type: str = "process",
+        worker_type: WorkerType = "process",
         pin_memory: bool = False,
         prefetch: int | None = None,
         num_shards: int = 1,
         seed: int | None = None,
         rank: int | None = None,
         world_size: int | None = None,
+        balance: Balance = "pad",
         persistent_workers: bool = False,
         timeout: float | None = None,
-        *,
-        balance: Balance = "pad",
         multiprocessing_context: str | None = None,
-        batchify_fn: Callable[[list[Any]], Any] | None = None,
-        thread_pool: bool | None = None,
         name: str = "ShardedDataLoader",
     ) -> None:
-        if batchify_fn is not None:
-            if collate is not None:
-                raise ValueError("collate and batchify_fn name the same argument; give one")
-            collate = batchify_fn
-        if thread_pool is not None:
-            # worker_type defaults to "process", so only an explicit "thread" contradicts it.
-            if worker_type == "thread" and not thread_pool:
-                raise ValueError("worker_type='thread' and thread_pool=False contradict each other; give one")
-            worker_type = "thread" if thread_pool else "process"
-        _check_sampling(batch_size, shuffle, sampler, last_batch, batch_sampler, num_shards)
-        if worker_type not in ("process", "thread"):
-            raise ValueError(f"worker_type must be 'process' or 'thread', got {worker_type!r}")
-        if num_workers < 0:
-            raise ValueError(f"num_workers must be >= 0, got {num_workers}")
-        if prefetch is not None and prefetch < 0:
-            raise ValueError(f"prefetch must be >= 0, got {prefetch}")
-        if timeout is not None and timeout <= 0:
-            raise ValueError(f"timeout must be > 0 or None, got {timeout}")
-        if balance not in BALANCE:
-            raise ValueError(f"balance must be one of {', '.join(BALANCE)}, got {balance!r}")
-        if (rank is None) != (world_size is None):
-            raise ValueError("give rank and world_size together (or neither, for a single process)")
-        rank, world_size = (0, 1) if rank is None or world_size is None else (rank, world_size)
-        if world_size < 1 or not 0 <= rank < world_size:
-            raise ValueError(
-                f"rank must be in [0, world_size) and world_size >= 1, got {rank} of {world_size}"
-            )
+        check_sampling(batch_size, shuffle, sampler, last_batch, batch_sampler, num_shards, balance)
+        check_workers(worker_type, num_workers, prefetch, timeout)
+        rank, world_size = place(rank, world_size)
         if seed is None:
             # Every rank must shuffle alike, and no seed can be agreed on without one: use 0 there.
             seed = 0 if world_size > 1 else int(torch.randint(0, 2**62, ()).item())
@@ -143,6 +114,7 @@ class ShardedDataLoader:
             length = len(dataset)
         self.dataset = dataset
         self.collate: Callable[[list[Any]], Any] = collate if collate is not None else default_collate
+        self.load = LoadStep(dataset, self.collate)
         self.num_workers = num_workers
         self.worker_type = worker_type
         self.pin_memory = pin_memory
@@ -175,7 +147,7 @@ class ShardedDataLoader:
         self._stopped_at: tuple[int, int, Sequence[int]] | None = None
         self._generation = 0
         self._pool: Pool | None = None
-        self._pass: weakref.ref[_Pass] | None = None
+        self._pass: weakref.ref[Pass] | None = None
         self._pin = pin_memory and torch.accelerator.is_available()
 
     # -- epochs -----------------------------------------------------------------------------------
@@ -197,7 +169,7 @@ class ShardedDataLoader:
         plan = self.planner.plan(self._epoch, self._carry)
         self._epoch += 1
         start, self._resume_step = self._resume_step, 0
-        current = _Pass(self, plan, start, self._take_pool())
+        current = Pass(self, plan, start, self._take_pool())
         self._pass = weakref.ref(current)
         return current
 
@@ -206,6 +178,9 @@ class ShardedDataLoader:
         if current is not None:
             return current.total
         return self.planner.count(len(self._carry)) - self._resume_step
+
+    def _delivered(self, plan: EpochPlan, position: int) -> None:
+        self._stopped_at = (plan.epoch, position, plan.carry_in)
 
     def _finished(self, plan: EpochPlan) -> None:
         self._carry = list(plan.carry_out)
@@ -218,26 +193,42 @@ class ShardedDataLoader:
             return None
         if self._pool is not None and not self._pool.closed:
             return self._pool
-        seeds = [worker_seed(self.seed, self.rank, i, self._generation) for i in range(self.num_workers)]
+        pool = self._start_pool(self._generation)
         self._generation += 1
-        pool: Pool
-        if self.worker_type == "thread":
-            pool = ThreadPool(self.dataset, self.collate, seeds, self.rank, self.prefetch + 1, self.name)
-        else:
-            pool = ProcessPool(
-                self.dataset, self.collate, seeds, self.rank, self.multiprocessing_context, self.name
-            )
         self._pool = pool if self.persistent_workers else None
         return pool
+
+    def _start_pool(self, generation: int) -> Pool:
+        """A fresh pool; ``generation`` counts the pools before it, so each is seeded anew."""
+        if self.worker_type == "thread":
+            seeds = [worker_seed(self.seed, self.rank, i, generation) for i in range(self.num_workers)]
+            # The window counts the step the consumer is about to get, as well as those ahead of it.
+            window = self.prefetch + 1
+            return ThreadWorkers(
+                self.load, seeds, window=window, timeout=self.timeout, rank=self.rank, name=self.name
+            )
+        return ProcessWorkers(
+            self.load,
+            self.num_workers,
+            prefetch=self.prefetch,
+            # One seed per rank and pool; torch derives each worker's from it.
+            seed=worker_seed(self.seed, self.rank, 0, generation),
+            timeout=self.timeout,
+            persistent_workers=self.persistent_workers,
+            pin_memory=self.pin_memory,
+            multiprocessing_context=self.multiprocessing_context,
+            rank=self.rank,
+            name=self.name,
+        )
 
     @property
     def worker_pids(self) -> list[int]:
         """The process ids of the live worker processes (empty for threads or no workers)."""
         current = self._current_pass()
         pool = current.pool if current is not None else self._pool
-        return list(pool.pids) if isinstance(pool, ProcessPool) and not pool.closed else []
+        return pool.pids if pool is not None and not pool.closed else []
 
-    def _current_pass(self) -> _Pass | None:
+    def _current_pass(self) -> Pass | None:
         current = self._pass() if self._pass is not None else None
         return current if current is not None and not current.done else None
 
@@ -294,141 +285,3 @@ class ShardedDataLoader:
             "epoch": self._epoch,
             "rollover": len(self._carry),
         }
-
-
-class _Pass:
-    """One pass over an epoch plan: submits steps to the pool, yields results in order."""
-
-    def __init__(self, owner: ShardedDataLoader, plan: EpochPlan, start: int, pool: Pool | None) -> None:
-        self.owner = owner
-        self.plan = plan
-        self.pool = pool
-        self.position = start
-        self.total = len(plan.steps) - start
-        self.done = False
-        self._sent = start
-        self._id = id(self)
-        # An abandoned pass (early ``break``, ``close()``, garbage collection) stops its workers;
-        # persistent workers survive only complete epochs.
-        self._finalizer = weakref.finalize(self, pool.close) if pool is not None else None
-        self._fill()
-
-    def __iter__(self) -> _Pass:
-        return self
-
-    def __next__(self) -> Any:
-        if self.done:
-            raise StopIteration
-        if self.position >= len(self.plan.steps):
-            self._complete()
-            raise StopIteration
-        step = self.plan.steps[self.position]
-        owner = self.owner
-        if self.pool is None:
-            try:
-                batch = make_step(owner.dataset, owner.collate, step)
-            except BaseException:
-                self.close()
-                raise
-        else:
-            batch = self._receive()
-        self.position += 1
-        owner._stopped_at = (self.plan.epoch, self.position, self.plan.carry_in)
-        if owner._pin:
-            batch = _pin(batch)
-        return batch
-
-    def _receive(self) -> Any:
-        assert self.pool is not None  # only called with a pool
-        worker = self.position % self.pool.num_workers
-        try:
-            while True:
-                key, ok, payload = self.pool.receive(worker, self.owner.timeout)
-                if key == (self._id, self.position):
-                    break
-            self._fill(extra=1)
-        except BaseException:
-            self.close()
-            raise
-        if not ok:
-            self.close()
-            if isinstance(self.pool, ThreadPool):
-                raise payload
-            raise unpack_error(payload, f"{self.owner.name} worker {worker} (pid {self.pool.pids[worker]})")
-        return payload
-
-    def _fill(self, extra: int = 0) -> None:
-        if self.pool is None:
-            return
-        limit = min(len(self.plan.steps), self.position + extra + self.owner.prefetch)
-        while self._sent < limit:
-            self.pool.submit(
-                self._sent % self.pool.num_workers, (self._id, self._sent), self.plan.steps[self._sent]
-            )
-            self._sent += 1
-
-    def _complete(self) -> None:
-        self.done = True
-        self.owner._finished(self.plan)
-        if self._finalizer is not None:
-            if self.owner.persistent_workers:
-                self._finalizer.detach()
-            else:
-                self._finalizer()
-
-    def close(self) -> None:
-        """Stop this pass (and its workers, unless the epoch completed with persistent workers)."""
-        self.done = True
-        if self._finalizer is not None:
-            self._finalizer()
-
-
-def _pin(batch: Any) -> Any:
-    if isinstance(batch, torch.Tensor):
-        return batch.pin_memory()
-    if isinstance(batch, Mapping):
-        return type(batch)({k: _pin(v) for k, v in batch.items()})  # type: ignore[call-arg]  # dict-like types take a mapping
-    if isinstance(batch, tuple) and hasattr(batch, "_fields"):
-        return type(batch)(*(_pin(v) for v in batch))
-    if isinstance(batch, list | tuple):
-        return type(batch)(_pin(v) for v in batch)
-    return batch
-
-
-def _check_sampling(
-    batch_size: int | None,
-    shuffle: bool,
-    sampler: object,
-    last_batch: str,
-    batch_sampler: object,
-    num_shards: int,
-) -> None:
-    """The seed's argument rules, as ``ValueError``s."""
-    if last_batch not in LAST_BATCH:
-        raise ValueError(f"last_batch must be one of {', '.join(LAST_BATCH)}, got {last_batch!r}")
-    if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
-    if batch_sampler is not None:
-        given = [
-            name
-            for name, is_set in (
-                ("batch_size", batch_size is not None),
-                ("shuffle", shuffle),
-                ("sampler", sampler is not None),
-                ("last_batch", last_batch != "keep"),
-                ("num_shards", num_shards != 1),
-            )
-            if is_set
-        ]
-        if given:
-            raise ValueError(
-                f"{', '.join(given)} must not be given with batch_sampler: the batch sampler decides "
-                "batches and shards itself"
-            )
-        return
-    if batch_size is None:
-        raise ValueError("batch_size must be given unless batch_sampler is")
-    if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    if sampler is not None and shuffle:
-        raise ValueError("shuffle must not be given with sampler: the sampler decides the order")

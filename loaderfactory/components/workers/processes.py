@@ -17,8 +17,10 @@ import multiprocessing
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import wait
+from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
@@ -66,6 +68,11 @@ class _Keys(Sampler[Any]):
 
 def _identity(item: Any) -> Any:
     return item
+
+
+class _Loader(DataLoader[Any]):
+    def check_worker_number_rationality(self) -> None:
+        """The pool's owner chose ``num_workers``; torch's warning about more than the cores is not ours."""
 
 
 class _WorkerInit:
@@ -159,8 +166,9 @@ class ProcessWorkers(Generic[K, R]):
         self.num_workers = num_workers
         self.timeout = timeout
         self.on_exit = on_exit
+        self._watcher: _ExitWatcher | None = None  # first: __del__ reads it even if __init__ fails
         self._keys = _Keys()
-        self._loader = DataLoader(
+        self._loader = _Loader(
             _Tasks(task, name),
             batch_size=None,
             sampler=self._keys,
@@ -175,7 +183,7 @@ class ProcessWorkers(Generic[K, R]):
             generator=torch.Generator().manual_seed(seed),
         )
         self._iterator: Any = None
-        self._watcher: _ExitWatcher | None = None
+        self._waiting: threading.Thread | None = None  # the thread inside next(), to wake on close
         self._closed = False
 
     def run(self, keys: Iterable[K]) -> Iterator[R]:
@@ -187,29 +195,46 @@ class ProcessWorkers(Generic[K, R]):
             self._shutdown()
         self._keys.keys = keys
         self._iterator = iterator = iter(self._loader)  # a _MultiProcessingDataLoaderIter
-        if threading.current_thread() is not threading.main_thread():
-            # torch's SIGCHLD handler raises in the main thread, wherever it is; workers driven
-            # from another thread are watched below instead.
-            _unregister_pids(iterator)
+        # torch's SIGCHLD handler raises in the main thread wherever it is (in the training step, or
+        # in the test about to expect the error): the workers are registered with it only while
+        # the main thread waits in _results. Workers driven from another thread are watched below.
+        _unregister_pids(iterator)
         if self.on_exit is not None:
             self._watcher = _ExitWatcher(iterator._workers, self.name, self.on_exit)  # type: ignore[attr-defined]  # set for num_workers > 0
         return self._results(iterator)
 
     def _results(self, iterator: Any) -> Iterator[R]:
+        watch = threading.current_thread() is threading.main_thread()
         while True:
             try:
-                result = next(iterator)
+                if watch:
+                    _register_pids(iterator)
+                try:
+                    self._waiting = threading.current_thread()
+                    result = next(iterator)
+                finally:
+                    self._waiting = None
+                    _unregister_pids(iterator)
             except StopIteration:
                 return
-            except (RuntimeError, OSError) as error:  # torch's words for a dead or stuck worker
+            except (RuntimeError, OSError, EOFError) as error:  # a dead or stuck worker, a broken hand-over
                 raise self._explain(iterator, error) from error
             if isinstance(result, RemoteFailure):
                 raise result.rebuild()
+            if isinstance(result, _Woken):
+                return
             yield result
 
-    def _explain(self, iterator: Any, error: RuntimeError | OSError) -> BaseException:
-        """torch's RuntimeError about a dead or stuck worker as our WorkerError or StallError."""
+    def _explain(self, iterator: Any, error: RuntimeError | OSError | EOFError) -> BaseException:
+        """torch's error about a dead or stuck worker (or a broken hand-over) as WorkerError or StallError."""
         workers = list(getattr(iterator, "_workers", ()))
+        if not isinstance(error, RuntimeError) and wait([process.sentinel for process in workers], 0.5):
+            # A worker killed while handing over a tensor breaks the connection a moment before it
+            # exits. The exit watcher reaps it: let it finish, as two threads reaping one process
+            # race in waitpid and the loser reads no exit code.
+            watcher = self._watcher
+            if watcher is not None:
+                watcher.join(1.5)
         for index, process in enumerate(workers):
             process.join(0.5 if process.exitcode is None and not process.is_alive() else 0)
             if process.exitcode is not None and process.exitcode != 0:
@@ -259,6 +284,9 @@ class ProcessWorkers(Generic[K, R]):
                 if process.is_alive():
                     process.terminate()
         iterator._shutdown_workers()
+        waiting = self._waiting
+        if waiting is not None and waiting is not threading.current_thread():
+            _wake(iterator)
         for process in processes:
             if process.exitcode is not None and process.exitcode < 0:
                 _unlink_segments_of(process.pid)
@@ -292,11 +320,14 @@ class _ExitWatcher:
                 return
             index, process = sentinels[ready[0]]
             process.join(1.0)
-            on_exit(
-                WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(process.exitcode)}")
-            )
+            on_exit(_exit_error(name, index, process))
         finally:
             os.close(self._read)
+
+    def join(self, timeout: float) -> None:
+        """Wait until it has reported an exit (or was stopped)."""
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout)
 
     def stop(self) -> None:
         if not self._stopped:
@@ -308,8 +339,49 @@ class _ExitWatcher:
                 self._thread.join(5.0)
 
 
+class _Woken:
+    """Posted as the awaited result once the workers are stopped: the run waiting for it ends."""
+
+
+def _wake(iterator: Any) -> None:
+    """End a run that another thread drives and that waits for a result now never coming.
+
+    torch waits on its result queue and, every 5 s, re-checks only the workers it has not marked
+    stopped; after a shutdown it would wait forever (a queue filled from a background thread and
+    closed from the main one). The result it waits for wakes it. Written straight into the pipe:
+    ``put`` would start a feeder thread that waits for the queue's lock, which a worker stopped
+    while writing may hold. (With ``pin_memory`` torch notices its stopped pin thread itself.)
+    """
+    if not iterator._pin_memory:
+        results = iterator._worker_result_queue
+        message = ForkingPickler.dumps((iterator._rcvd_idx, _Woken()))
+        with contextlib.suppress(OSError):
+            results._sem.acquire(False)  # as put() does: get() gives it back
+            results._writer.send_bytes(message)
+
+
+def _exit_code(process: Any) -> int | None:
+    """The exit code of a process that has exited, even while another thread reaps it.
+
+    Two threads reaping one process race in waitpid (torch's ``is_alive()`` checks reap too): the
+    loser reads no code, and the winner records it a moment later.
+    """
+    deadline = time.monotonic() + 1.0
+    while process.exitcode is None and time.monotonic() < deadline:
+        time.sleep(0.001)
+    code: int | None = process.exitcode
+    return code
+
+
 def _exit_error(name: str, index: int, process: Any) -> WorkerError:
-    return WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(process.exitcode)}")
+    return WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(_exit_code(process))}")
+
+
+def _register_pids(iterator: Any) -> None:
+    """Let torch's SIGCHLD handler raise for these workers; raise now for one that died meanwhile."""
+    iterator._worker_pids_set = True  # first: if the handler raises after the next line, it is set
+    signal_handling._set_worker_pids(id(iterator), tuple(w.pid for w in iterator._workers))  # type: ignore[attr-defined]  # private, stable since 1.0
+    signal_handling._error_if_any_worker_fails()  # type: ignore[attr-defined]  # private, stable since 1.0
 
 
 def _unregister_pids(iterator: Any) -> None:

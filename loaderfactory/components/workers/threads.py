@@ -122,8 +122,13 @@ class ThreadWorkers(Generic[K, R]):
         return self._jobs.closed
 
     def close(self) -> None:
-        """Stop the threads after their current task; safe to call twice."""
-        self._jobs.close()
+        """Stop the threads after their current task; safe to call twice.
+
+        A :meth:`run` waiting on another thread for a task no thread had taken raises at once.
+        """
+        for job in self._jobs.close():
+            job.error = RuntimeError(f"{self.name}: the thread pool was closed while running")
+            job.done.set()
         current = threading.current_thread()
         for thread in self._threads:
             if thread is not current:

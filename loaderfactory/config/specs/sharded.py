@@ -73,11 +73,13 @@ class ShardedLoaderSpec(WorkersSpec):
     """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
     The seed's ``thread_pool: true/false`` is accepted for ``worker_type: thread/process``.
 
-        Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
-        worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
-        when the loader is built; ``off`` loads everything in this process; ``{rank, world_size}``
-        says it explicitly. ``balance`` gives every rank the same steps per epoch: ``pad`` (wrap
-        around), ``drop`` (skip the last few) or ``uneven`` (neither; needs ``Join`` in training).
+    Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
+    worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
+    when the loader is built; ``off`` loads everything in this process; ``{rank, world_size}``
+    says it explicitly. ``balance`` gives every rank the same steps per epoch: ``pad`` (wrap
+    around), ``drop`` (skip the last few) or ``uneven`` (neither; needs ``Join`` in training).
+    The aliases (``bs``, ``batchify_fn``, ``thread_pool``) and every cross-field rule live here;
+    the builder passes canonical arguments to the component.
     """
 
     kind: Literal["sharded"] = "sharded"

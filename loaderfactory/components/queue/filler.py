@@ -1,0 +1,147 @@
+"""What fills a :class:`~loaderfactory.components.queue.dataset.QueueDataset`: one background thread.
+
+The thread iterates the shared workers (:mod:`~loaderfactory.components.workers`) over the
+per-pass index order and puts each loaded item into the :class:`QueueStore`. The store blocks that
+put until there is room in mode ``onsample``, which is what paces loading to the draws there.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import warnings
+from collections.abc import Callable, Iterator
+from typing import Any, Literal
+
+import torch
+
+from loaderfactory.components.data.batch_utils import batch_nbytes
+from loaderfactory.components.queue.store import Entry, QueueStore, StoreClosed
+from loaderfactory.components.workers.info import worker_seed
+from loaderfactory.components.workers.processes import ProcessWorkers
+from loaderfactory.components.workers.threads import ThreadWorkers
+
+JOIN_S = 10.0
+"""How long ``close()`` waits for the filler, which may be waiting on a worker stuck in ``dataset[i]``."""
+
+Loaded = tuple[int, Any, int]
+"""``(index, item, nbytes)``: what a worker hands the filler."""
+
+
+def index_order(length: int, seed: int) -> Iterator[int]:
+    """Dataset indices without end: each pass is a fresh seeded permutation of ``range(length)``.
+
+    So every item is loaded once per pass before any item is loaded a second time.
+    """
+    for number in itertools.count():
+        generator = torch.Generator().manual_seed((seed * 1_000_003 + number) % 2**63)
+        yield from torch.randperm(length, generator=generator).tolist()
+
+
+class LoadItem:
+    """The workers' task: ``dataset[index]``, preprocessed, with its size in bytes.
+
+    A failure carries the note ``while loading item {index}``, in a worker thread or process alike.
+    """
+
+    def __init__(self, dataset: Any, preprocess: Callable[[Any], Any] | None) -> None:
+        self.dataset = dataset
+        self.preprocess = preprocess
+
+    def __call__(self, index: int) -> Loaded:
+        try:
+            item = self.dataset[index]
+            if self.preprocess is not None:
+                item = self.preprocess(item)
+            return index, item, batch_nbytes(item)
+        except BaseException as error:
+            error.add_note(f"while loading item {index}")
+            raise
+
+
+class Filler:
+    """Loads items on ``num_workers`` workers and puts them into ``store`` from one daemon thread.
+
+    Costs that thread, the workers (threads, or processes whose items arrive in shared memory) and
+    up to about one loaded item per worker outside the store. A failure, or a worker process that
+    dies, is recorded in the store, so the next draw raises it. Starts at construction.
+
+    Args:
+        store: where the items go; closing it is what stops the filler.
+        dataset: a map-style dataset.
+        preprocess: applied to each item in the worker.
+        num_workers: loading workers, at least 1.
+        worker_type: ``"thread"`` or ``"process"``.
+        seed: seeds the index order and the workers.
+        multiprocessing_context: start method of process workers.
+        name: names the threads and appears in errors.
+    """
+
+    def __init__(
+        self,
+        store: QueueStore,
+        dataset: Any,
+        preprocess: Callable[[Any], Any] | None,
+        *,
+        num_workers: int,
+        worker_type: Literal["thread", "process"],
+        seed: int,
+        multiprocessing_context: str | None = None,
+        name: str = "QueueDataset",
+    ) -> None:
+        self.store = store
+        task = LoadItem(dataset, preprocess)
+        # One item in flight per worker: items outside the store are not counted in the budget.
+        self.workers: ThreadWorkers[int, Loaded] | ProcessWorkers[int, Loaded]
+        if worker_type == "process":
+            self.workers = ProcessWorkers(
+                task,
+                num_workers,
+                prefetch=num_workers,
+                seed=seed,
+                multiprocessing_context=multiprocessing_context,
+                on_exit=store.fail,  # draws fail at once, while the filler still waits on the dead worker
+                name=name,
+            )
+        else:
+            seeds = [worker_seed(seed, 0, i, 0) for i in range(num_workers)]
+            self.workers = ThreadWorkers(task, seeds, window=num_workers, name=name)
+        # Worker processes start here, before the filler thread: forking a process that runs
+        # threads risks deadlocks (Python 3.12 warns), and the consumer's thread may be the only one.
+        results = self.workers.run(index_order(len(dataset), seed))
+        self._thread = threading.Thread(
+            target=self._fill, args=(results,), name=f"{name}-filler", daemon=True
+        )
+        self._thread.start()
+
+    def _fill(self, results: Iterator[Loaded]) -> None:
+        try:
+            for index, item, nbytes in results:
+                self.store.put(Entry(item, index, nbytes, 0.0))
+        except StoreClosed:
+            pass
+        except BaseException as error:  # noqa: BLE001 - forwarded to the consumer, raised at its next draw
+            self.store.fail(error)
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the worker processes (empty for threads)."""
+        return self.workers.pids
+
+    def close(self) -> None:
+        """Stop loading and join the filler, its workers and their processes; safe to call twice.
+
+        Closing the store ends a put waiting for room; closing the workers ends a wait for a result.
+        """
+        self.store.close()
+        self.workers.close()
+        if self._thread is threading.current_thread() or not self._thread.is_alive():
+            return
+        self._thread.join(JOIN_S)
+        if self._thread.is_alive():
+            warnings.warn(
+                f"{self._thread.name}: dataset[i] did not return within {JOIN_S} s of close(); "
+                "its daemon thread is left to finish the item",
+                RuntimeWarning,
+                stacklevel=3,
+            )

@@ -1,0 +1,94 @@
+"""One pass of a :class:`~loaderfactory.components.sharded.ShardedDataLoader` over an epoch plan.
+
+A pass hands the steps of its plan, from the resume position on, to the loader's workers (the
+shared :mod:`~loaderfactory.components.workers` pools) or loads them in the consumer's thread, and
+yields the batches in order. The workers' task is :class:`LoadStep`.
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from torch.utils.data._utils.pin_memory import pin_memory
+
+from loaderfactory.components.sharded.sampling import EpochPlan, Step
+from loaderfactory.components.workers.processes import ProcessWorkers
+from loaderfactory.components.workers.threads import ThreadWorkers
+
+if TYPE_CHECKING:
+    from loaderfactory.components.sharded.loader import ShardedDataLoader
+
+Pool = ThreadWorkers[Step, Any] | ProcessWorkers[Step, Any]
+
+
+class LoadStep:
+    """Load and collate one step: a batch, or one batch per shard when the step is a list of lists.
+
+    The task of the loader's workers; process workers started by ``spawn`` or ``forkserver`` need
+    it (so the dataset and collate) picklable.
+    """
+
+    def __init__(self, dataset: Any, collate: Callable[[list[Any]], Any]) -> None:
+        self.dataset = dataset
+        self.collate = collate
+
+    def __call__(self, step: Step) -> Any:
+        if step and isinstance(step[0], list):
+            return [self.collate([self.dataset[i] for i in shard]) for shard in step]
+        return self.collate([self.dataset[i] for i in step])
+
+
+class Pass:
+    """The batches of ``plan`` from step ``start`` on, in order, loaded by ``pool`` (or in this thread).
+
+    An abandoned pass (early ``break``, ``close()``, garbage collection) stops its workers; a
+    complete one stops them too unless the loader keeps persistent workers.
+    """
+
+    def __init__(self, owner: ShardedDataLoader, plan: EpochPlan, start: int, pool: Pool | None) -> None:
+        self.owner = owner
+        self.plan = plan
+        self.pool = pool
+        self.position = start
+        self.total = len(plan.steps) - start
+        self.done = False
+        steps = plan.steps[start:]
+        self._batches: Iterator[Any] = map(owner.load, steps) if pool is None else pool.run(steps)
+        # Process workers pin on torch's pin-memory thread; batches loaded here are pinned here.
+        self._pin = owner._pin and not isinstance(pool, ProcessWorkers)
+        self._finalizer = weakref.finalize(self, pool.close) if pool is not None else None
+
+    def __iter__(self) -> Pass:
+        return self
+
+    def __next__(self) -> Any:
+        if self.done:
+            raise StopIteration
+        try:
+            batch = next(self._batches)
+        except StopIteration:
+            self._complete()
+            raise
+        except BaseException:
+            self.close()
+            raise
+        self.position += 1
+        self.owner._delivered(self.plan, self.position)
+        return pin_memory(batch) if self._pin else batch  # type: ignore[no-untyped-call]  # torch's helper
+
+    def _complete(self) -> None:
+        self.done = True
+        self.owner._finished(self.plan)
+        if self._finalizer is not None:
+            if self.owner.persistent_workers:
+                self._finalizer.detach()
+            else:
+                self._finalizer()
+
+    def close(self) -> None:
+        """Stop this pass (and its workers, unless the epoch completed with persistent workers)."""
+        self.done = True
+        if self._finalizer is not None:
+            self._finalizer()
