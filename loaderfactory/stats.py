@@ -2,19 +2,34 @@
 
 from __future__ import annotations
 
-import resource
+import importlib
 import sys
 import time
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 import numpy as np
+import psutil
+
+
+def _unix_resource() -> ModuleType | None:
+    try:
+        return importlib.import_module("resource")
+    except ImportError:  # Windows has no resource module
+        return None
+
+
+_resource = _unix_resource()
 
 
 def peak_rss_mb() -> float:
     """Peak resident memory of this process so far, in MiB."""
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
-    return peak / 2**20 if sys.platform == "darwin" else peak / 2**10
+    if _resource is None:
+        info = psutil.Process().memory_info()
+        return float(getattr(info, "peak_wset", info.rss)) / 2**20  # Windows' peak working set
+    peak = _resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss
+    return float(peak) / 2**20 if sys.platform == "darwin" else float(peak) / 2**10
 
 
 @dataclass
