@@ -11,24 +11,28 @@ consumer as its own type with the worker's traceback (see
 
 from __future__ import annotations
 
-import contextlib
 import math
 import multiprocessing
 import os
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterable, Iterator
 from multiprocessing.connection import wait
-from multiprocessing.reduction import ForkingPickler
-from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data import get_worker_info as torch_worker_info
-from torch.utils.data._utils import signal_handling
 
+from loaderfactory.components.workers.exits import (
+    ExitWatcher,
+    Woken,
+    exit_error,
+    register_pids,
+    unlink_segments_of,
+    unregister_pids,
+    wake,
+)
 from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
 from loaderfactory.components.workers.remote import RemoteFailure
 from loaderfactory.errors import StallError, WorkerError
@@ -110,18 +114,6 @@ def _exit_with_parent(parent_pid: int) -> None:
     os._exit(0)
 
 
-def describe_exit(exitcode: int | None) -> str:
-    """``"was killed by signal SIGKILL"``, ``"exited with code 3"``."""
-    if exitcode is None:
-        return "exited"
-    if exitcode < 0:
-        try:
-            return f"was killed by signal {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"was killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
-
-
 class ProcessWorkers(Generic[K, R]):
     """Run ``task(key)`` in ``num_workers`` processes; :meth:`run` yields the results in key order.
 
@@ -166,7 +158,7 @@ class ProcessWorkers(Generic[K, R]):
         self.num_workers = num_workers
         self.timeout = timeout
         self.on_exit = on_exit
-        self._watcher: _ExitWatcher | None = None  # first: __del__ reads it even if __init__ fails
+        self._watcher: ExitWatcher | None = None  # first: __del__ reads it even if __init__ fails
         self._keys = _Keys()
         self._loader = _Loader(
             _Tasks(task, name),
@@ -198,9 +190,9 @@ class ProcessWorkers(Generic[K, R]):
         # torch's SIGCHLD handler raises in the main thread wherever it is (in the training step, or
         # in the test about to expect the error): the workers are registered with it only while
         # the main thread waits in _results. Workers driven from another thread are watched below.
-        _unregister_pids(iterator)
+        unregister_pids(iterator)
         if self.on_exit is not None:
-            self._watcher = _ExitWatcher(iterator._workers, self.name, self.on_exit)  # type: ignore[attr-defined]  # set for num_workers > 0
+            self._watcher = ExitWatcher(iterator._workers, self.name, self.on_exit)  # type: ignore[attr-defined]  # set for num_workers > 0
         return self._results(iterator)
 
     def _results(self, iterator: Any) -> Iterator[R]:
@@ -208,20 +200,20 @@ class ProcessWorkers(Generic[K, R]):
         while True:
             try:
                 if watch:
-                    _register_pids(iterator)
+                    register_pids(iterator)
                 try:
                     self._waiting = threading.current_thread()
                     result = next(iterator)
                 finally:
                     self._waiting = None
-                    _unregister_pids(iterator)
+                    unregister_pids(iterator)
             except StopIteration:
                 return
             except (RuntimeError, OSError, EOFError) as error:  # a dead or stuck worker, a broken hand-over
                 raise self._explain(iterator, error) from error
             if isinstance(result, RemoteFailure):
                 raise result.rebuild()
-            if isinstance(result, _Woken):
+            if isinstance(result, Woken):
                 return
             yield result
 
@@ -239,7 +231,7 @@ class ProcessWorkers(Generic[K, R]):
             process.join(0.5 if process.exitcode is None and not process.is_alive() else 0)
             if process.exitcode is not None and process.exitcode != 0:
                 self._shutdown()
-                return _exit_error(self.name, index, process)
+                return exit_error(self.name, index, process)
         if "timed out" in str(error):
             task = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
             index = task[0] if task else 0
@@ -286,10 +278,10 @@ class ProcessWorkers(Generic[K, R]):
         iterator._shutdown_workers()
         waiting = self._waiting
         if waiting is not None and waiting is not threading.current_thread():
-            _wake(iterator)
+            wake(iterator)
         for process in processes:
             if process.exitcode is not None and process.exitcode < 0:
-                _unlink_segments_of(process.pid)
+                unlink_segments_of(process.pid)
         self._loader._iterator = None  # a persistent DataLoader keeps its iterator here
 
     def _stop_watching(self) -> None:
@@ -299,108 +291,6 @@ class ProcessWorkers(Generic[K, R]):
 
     def __del__(self) -> None:
         self._stop_watching()
-
-
-class _ExitWatcher:
-    """A thread that waits on the workers' exit sentinels and reports the first unexpected exit."""
-
-    def __init__(self, processes: list[Any], name: str, on_exit: Callable[[WorkerError], None]) -> None:
-        self._read, self._write = os.pipe()
-        self._stopped = False
-        self._thread = threading.Thread(
-            target=self._watch, args=(processes, name, on_exit), name=f"{name}-exit-watcher", daemon=True
-        )
-        self._thread.start()
-
-    def _watch(self, processes: list[Any], name: str, on_exit: Callable[[WorkerError], None]) -> None:
-        sentinels = {process.sentinel: (index, process) for index, process in enumerate(processes)}
-        try:
-            ready = wait([self._read, *sentinels])
-            if self._read in ready or self._stopped:
-                return
-            index, process = sentinels[ready[0]]
-            process.join(1.0)
-            on_exit(_exit_error(name, index, process))
-        finally:
-            os.close(self._read)
-
-    def join(self, timeout: float) -> None:
-        """Wait until it has reported an exit (or was stopped)."""
-        if self._thread is not threading.current_thread():
-            self._thread.join(timeout)
-
-    def stop(self) -> None:
-        if not self._stopped:
-            self._stopped = True
-            with contextlib.suppress(OSError):  # the watcher may have ended (and closed its end)
-                os.write(self._write, b"x")
-            os.close(self._write)
-            if self._thread is not threading.current_thread():
-                self._thread.join(5.0)
-
-
-class _Woken:
-    """Posted as the awaited result once the workers are stopped: the run waiting for it ends."""
-
-
-def _wake(iterator: Any) -> None:
-    """End a run that another thread drives and that waits for a result now never coming.
-
-    torch waits on its result queue and, every 5 s, re-checks only the workers it has not marked
-    stopped; after a shutdown it would wait forever (a queue filled from a background thread and
-    closed from the main one). The result it waits for wakes it. Written straight into the pipe:
-    ``put`` would start a feeder thread that waits for the queue's lock, which a worker stopped
-    while writing may hold. (With ``pin_memory`` torch notices its stopped pin thread itself.)
-    """
-    if not iterator._pin_memory:
-        results = iterator._worker_result_queue
-        message = ForkingPickler.dumps((iterator._rcvd_idx, _Woken()))
-        with contextlib.suppress(OSError):
-            results._sem.acquire(False)  # as put() does: get() gives it back
-            results._writer.send_bytes(message)
-
-
-def _exit_code(process: Any) -> int | None:
-    """The exit code of a process that has exited, even while another thread reaps it.
-
-    Two threads reaping one process race in waitpid (torch's ``is_alive()`` checks reap too): the
-    loser reads no code, and the winner records it a moment later.
-    """
-    deadline = time.monotonic() + 1.0
-    while process.exitcode is None and time.monotonic() < deadline:
-        time.sleep(0.001)
-    code: int | None = process.exitcode
-    return code
-
-
-def _exit_error(name: str, index: int, process: Any) -> WorkerError:
-    return WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(_exit_code(process))}")
-
-
-def _register_pids(iterator: Any) -> None:
-    """Let torch's SIGCHLD handler raise for these workers; raise now for one that died meanwhile."""
-    iterator._worker_pids_set = True  # first: if the handler raises after the next line, it is set
-    signal_handling._set_worker_pids(id(iterator), tuple(w.pid for w in iterator._workers))  # type: ignore[attr-defined]  # private, stable since 1.0
-    signal_handling._error_if_any_worker_fails()  # type: ignore[attr-defined]  # private, stable since 1.0
-
-
-def _unregister_pids(iterator: Any) -> None:
-    if getattr(iterator, "_worker_pids_set", False):
-        signal_handling._remove_worker_pids(id(iterator))  # type: ignore[attr-defined]  # private, stable since 1.0
-        iterator._worker_pids_set = False
-
-
-def _unlink_segments_of(pid: int) -> None:
-    """Remove shared-memory names a worker killed by a signal left behind.
-
-    torch names a segment ``torch_<pid>_...`` and unlinks the name right after creating it, so a
-    name that outlives its (dead) creator can only be one it was killed in the middle of making.
-    """
-    root = Path("/dev/shm")
-    if root.is_dir():
-        for path in root.glob(f"torch_{pid}_*"):
-            with contextlib.suppress(OSError):
-                path.unlink()
 
 
 def _default_context() -> str:
