@@ -55,36 +55,6 @@ class SlowVolumes:
         return {"vol": torch.randn((1, 64, 64, 64), generator=generator).half(), "index": index}
 
 
-class CpuBound:
-    def __init__(self, length: int, reps: int) -> None:
-        import numpy as np
-
-        self.length, self.reps = length, reps
-        self.base = np.linspace(0.0, 1.0, 4096)
-
-    def __len__(self) -> int:
-        return self.length
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        import numpy as np
-        import torch
-
-        x = self.base + index
-        for _ in range(self.reps):
-            x = np.sin(x) * 1.0001 + np.cos(x)
-        return {"x": torch.from_numpy(x[:64].astype(np.float32)), "y": index % 10}
-
-
-class Megabyte:
-    def __len__(self) -> int:
-        return 256
-
-    def __getitem__(self, index: int) -> Any:
-        import torch
-
-        return torch.full((2**18,), float(index))
-
-
 def first(items: list[Any]) -> Any:
     return items[0]
 
@@ -108,6 +78,7 @@ def measure(row: str) -> dict[str, float]:
     from loaderfactory import QueueDataset, ShardedDataLoader
 
     assert Path(loaderfactory.__file__).is_relative_to(Path.cwd()), "PYTHONPATH did not pick the checkout"
+    from bench_sharded import CpuBound, Megabyte  # after loaderfactory: it must come from the checkout
 
     if row.startswith("queue"):
         worker_type = row.split()[1]
@@ -131,7 +102,7 @@ def measure(row: str) -> dict[str, float]:
         elapsed = time.perf_counter() - start
         return {"steps/s": 300 / elapsed, "ΔPSS MB": peak - before}
     if row == "sharded transport":
-        with ShardedDataLoader(Megabyte(), batch_size=1, collate=first, num_workers=2) as loader:
+        with ShardedDataLoader(Megabyte(256), batch_size=1, collate=first, num_workers=2) as loader:
             start = time.perf_counter()
             total = sum(batch.nbytes for batch in loader)
             return {"MB/s": total / 2**20 / (time.perf_counter() - start)}
@@ -146,17 +117,6 @@ def measure(row: str) -> dict[str, float]:
 
 
 # -- the driver ------------------------------------------------------------------------------------------
-def calibrate(target_ms: float = 2.0) -> int:
-    probe = CpuBound(64, 20)
-    for i in range(64):
-        probe[i]
-    start = time.perf_counter()
-    for i in range(64):
-        probe[i]
-    per_rep = (time.perf_counter() - start) / (64 * 20)
-    return max(1, round(target_ms / 1000 / per_rep))
-
-
 def run_in(tree: Path, row: str, reps: int) -> dict[str, float]:
     env = {**os.environ, "PYTHONPATH": str(tree), "LF_REPS": str(reps)}
     out = subprocess.run(
@@ -185,6 +145,8 @@ def main() -> None:
         return
     if args.before is None:
         parser.error("--before is required")
+    from bench_sharded import calibrate
+
     reps = calibrate()
     print(f"before: {args.before}\nafter:  {args.after}\nmedian of {args.repeats} runs each, alternating\n")
     print(f"{'row':<20}{'metric':<10}{'before':>10}{'after':>10}{'after/before':>14}")
