@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import random
 import threading
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
 
 @dataclass(frozen=True)
@@ -52,10 +50,3 @@ def worker_seed(seed: int, rank: int, worker_id: int, generation: int) -> int:
     """A 63-bit seed, distinct per rank, worker and pool generation."""
     state = np.random.SeedSequence([seed, rank, worker_id, generation]).generate_state(2, np.uint32)
     return (int(state[0]) << 31 | int(state[1]) >> 1) & (2**63 - 1)
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch, numpy's global generator and ``random`` from one number."""
-    torch.manual_seed(seed)
-    np.random.seed(seed % 2**32)
-    random.seed(seed)

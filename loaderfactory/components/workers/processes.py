@@ -255,11 +255,6 @@ class ProcessWorkers(Generic[K, R]):
     def closed(self) -> bool:
         return self._closed
 
-    def end_run(self) -> None:
-        """The current run is over: stop its workers unless they persist."""
-        if not self._loader.persistent_workers:
-            self._shutdown()
-
     def close(self) -> None:
         """Stop every worker process; safe to call twice."""
         self._closed = True
