@@ -24,6 +24,27 @@ def build_loader(config: Any, *, dataset: Any = None) -> Loader:
         ConfigError: every problem in the config, before any thread or process starts.
     """
     spec = validate(config, require_dataset=dataset is None)
+    try:
+        return _build_pipeline(spec, dataset)
+    except ConfigError as err:
+        prefix = _root_of(config)
+        if not prefix:
+            raise
+        raise ConfigError(
+            [ConfigProblem(f"{prefix}.{p.path}".rstrip("."), p.message) for p in err.problems]
+        ) from err.__cause__
+
+
+def _root_of(config: Any) -> str:
+    """Where ``config`` sits in the user's config (``"data"`` for ``cfg.data``), so errors name full paths."""
+    if isinstance(config, Spec | dict | str) or config is None:
+        return ""
+    from loaderfactory.hydra.convert import node_path
+
+    return node_path(config)
+
+
+def _build_pipeline(spec: Any, dataset: Any) -> Loader:
     context = BuildContext(seed=spec.seed)
     components: dict[str, Any] = {}
     upstream: Any = None
@@ -61,6 +82,7 @@ def _build(slot: registry.Table, slot_spec: Spec, upstream: Any, context: BuildC
 
 
 def _prefixed(slot: str, problem: ConfigProblem) -> ConfigProblem:
-    if problem.path == slot or problem.path.startswith(f"{slot}."):
+    """``problem`` at a path from the loader config's root (a builder may name another slot)."""
+    if problem.path.split(".", 1)[0] in registry.SLOTS:
         return problem
     return ConfigProblem(f"{slot}.{problem.path}" if problem.path else slot, problem.message)

@@ -10,6 +10,7 @@ from types import MappingProxyType
 from typing import Any
 
 from loaderfactory.components.data.batch_utils import batch_length
+from loaderfactory.components.data.sources import is_map_style
 from loaderfactory.components.state import UPSTREAM
 from loaderfactory.components.workers.lifecycle import close_component
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
@@ -41,10 +42,11 @@ class Loader:
         self.batches_in_epoch = 0
         self._resumed = False
         self._closed = False
-        # Stages that read ahead snapshot the slots before them after each item (see state_dict).
+        # Stages that read ahead snapshot the slots before them after each item (see state_dict),
+        # unless a slot before them cannot be saved: then state_dict() says so and nothing is taken.
         for index, component in enumerate(self._components.values()):
             bind = getattr(component, "bind_upstream_state", None)
-            if index > 0 and callable(bind):
+            if index > 0 and callable(bind) and self._saveable_upto(index - 1):
                 bind(_UpstreamOf(self, index - 1))
 
     @property
@@ -130,7 +132,11 @@ class Loader:
         config that loads it yields exactly batches k+1, k+2, ... of an uninterrupted run, epoch
         boundaries included, for seeded sources. Every component must implement
         ``state_dict()``/``load_state_dict()`` (see :mod:`loaderfactory.components.state`);
-        map-style datasets hold no position and are recorded by their length.
+        map-style datasets (lists and arrays too) hold no position and are recorded by their length.
+
+        Raises:
+            ResumeError: naming the first slot that cannot be saved (a generator-backed
+                ``IterableDataset``, say); iterating such a loader works, saving it does not.
         """
         slots = self._state_upto(len(self._components) - 1)
         return copy.deepcopy(
@@ -177,7 +183,7 @@ class Loader:
                 )
             _stateful(slot, component)
         for slot, component in self._components.items():
-            if _is_map_style(component) and not hasattr(component, "load_state_dict"):
+            if is_map_style(component) and not hasattr(component, "load_state_dict"):
                 if saved[slot]["state"].get("length") != len(component):
                     raise ResumeError(
                         f"{slot}: the state was saved for {saved[slot]['state'].get('length')} items, "
@@ -189,12 +195,19 @@ class Loader:
         self.batches_in_epoch = int(state["batches_in_epoch"])
         self._resumed = True
 
+    def _saveable_upto(self, index: int) -> bool:
+        try:
+            self._state_upto(index)
+        except ResumeError:
+            return False
+        return True
+
     def _state_upto(self, index: int) -> dict[str, Any]:
         """State of the slots up to ``index`` as the consumer of that slot has seen them."""
         if index < 0:
             return {}
         slot, component = list(self._components.items())[index]
-        if _is_map_style(component) and not hasattr(component, "state_dict"):
+        if is_map_style(component) and not hasattr(component, "state_dict"):
             own: dict[str, Any] = {"length": len(component)}
         else:
             own = dict(_stateful(slot, component).state_dict())
@@ -241,19 +254,8 @@ class _UpstreamOf:
         return loader._state_upto(self._index)
 
 
-def _is_map_style(component: Any) -> bool:
-    from torch.utils.data import IterableDataset
-
-    return (
-        hasattr(component, "__getitem__")
-        and hasattr(component, "__len__")
-        and not isinstance(component, IterableDataset)
-        and not hasattr(component, "__iter__")
-    )
-
-
 def _stateful(slot: str, component: Any) -> Any:
-    if _is_map_style(component):
+    if is_map_style(component):
         return component
     names = ("state_dict", "load_state_dict")
     missing = [name for name in names if not callable(getattr(component, name, None))]

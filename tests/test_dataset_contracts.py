@@ -2,6 +2,7 @@
 
 A new dataset kind joins these tests by adding one entry to ``SETUPS``: a function that prepares
 what the kind needs (files, say) in a temporary folder and returns the overrides that select it.
+A kind that reads several formats adds an entry per format, named ``<kind>_<format>``.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -30,11 +32,24 @@ def _tensor_folder(tmp: Path) -> list[str]:
     return ["dataset=tensor_folder", f"dataset.root={tmp}"]
 
 
+def _tensor_folder_npy(tmp: Path) -> list[str]:
+    for index in range(LENGTH):
+        np.save(tmp / f"item_{index:03d}.npy", np.array(index))  # the item {"index": tensor(index)}
+    return [
+        "dataset=tensor_folder",
+        f"dataset.root={tmp}",
+        "dataset.pattern=*.npy",
+        "dataset.array_key=index",
+    ]
+
+
 SETUPS: dict[str, Callable[[Path], list[str]]] = {
     "synthetic": _synthetic,
     "tensor_folder": _tensor_folder,
+    "tensor_folder_npy": _tensor_folder_npy,
 }
-"""Per dataset kind: prepares ``tmp`` and returns the overrides that build a dataset of LENGTH items."""
+"""Per dataset kind (or format of one): prepares ``tmp`` and returns the overrides that build a dataset
+of LENGTH items."""
 
 KINDS = [kind for kind in available("dataset") if not kind.startswith("_")]  # `_target_` is not a kind
 
@@ -55,7 +70,7 @@ def test_every_registered_dataset_kind_has_a_setup() -> None:
     assert set(KINDS) <= set(SETUPS), f"add SETUPS entries for {sorted(set(KINDS) - set(SETUPS))}"
 
 
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", list(SETUPS))
 def test_len_is_what_indexing_reaches_and_items_are_reproducible(kind: str, tmp_path: Path) -> None:
     """``len(dataset)`` items, each loadable by index, equal between two builds of the same config."""
     with build(kind, tmp_path) as first, build(kind, tmp_path) as second:
@@ -68,7 +83,7 @@ def test_len_is_what_indexing_reaches_and_items_are_reproducible(kind: str, tmp_
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
-@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("kind", list(SETUPS))
 def test_an_epoch_batches_every_item_once(kind: str, num_workers: int, tmp_path: Path) -> None:
     """Behind the torch loader (with or without worker processes) an epoch covers each item once."""
     extra = ["loader.batch_size=3", f"loader.num_workers={num_workers}"]

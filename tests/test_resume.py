@@ -161,12 +161,25 @@ def test_state_from_another_config_is_refused(change: dict[str, Any], match: str
         loader.load_state_dict(state)
 
 
-def test_component_refuses_another_worker_count() -> None:
-    """A torch loader built in code refuses a state saved with another worker count."""
+def test_component_takes_a_state_of_another_worker_count() -> None:
+    """The sampler decides a map-style loader's order, so the worker count may change on resume."""
     dataset = list(range(10))
-    saved = ResumableDataLoader(dataset, batch_size=2, num_workers=0).state_dict()  # type: ignore[arg-type]
-    other = ResumableDataLoader(dataset, batch_size=2, num_workers=2)  # type: ignore[arg-type]
-    with pytest.raises(ResumeError, match=r"num_workers: saved 0, this one has 2"):
+    expected = [b.tolist() for b in ResumableDataLoader(dataset, batch_size=2, shuffle=True, seed=3)]  # type: ignore[arg-type]
+    first = ResumableDataLoader(dataset, batch_size=2, shuffle=True, seed=3, num_workers=0)  # type: ignore[arg-type]
+    batches = iter(first)
+    next(batches)
+    saved = first.state_dict()
+    other = ResumableDataLoader(dataset, batch_size=2, shuffle=True, seed=3, num_workers=2)  # type: ignore[arg-type]
+    other.load_state_dict(saved)
+    assert [b.tolist() for b in other] == expected[1:]
+
+
+def test_component_refuses_another_batch_size() -> None:
+    """A torch loader built in code refuses a state saved with another batch size."""
+    dataset = list(range(10))
+    saved = ResumableDataLoader(dataset, batch_size=2).state_dict()  # type: ignore[arg-type]
+    other = ResumableDataLoader(dataset, batch_size=3)  # type: ignore[arg-type]
+    with pytest.raises(ResumeError, match=r"batch_size: saved 2, this one has 3"):
         other.load_state_dict(saved)
 
 

@@ -6,13 +6,13 @@ from typing import Any
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
+from loaderfactory.builders.targets import instantiate_target
 from loaderfactory.components.data.datasets import SyntheticDataset, TensorFolderDataset
 from loaderfactory.config.specs.dataset import (
     SyntheticDatasetSpec,
     TargetDatasetSpec,
     TensorFolderSpec,
 )
-from loaderfactory.config.specs.target import resolve_target
 from loaderfactory.errors import ConfigError, ConfigProblem
 
 
@@ -22,19 +22,17 @@ def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildCo
 
 
 def build_tensor_folder(spec: TensorFolderSpec, upstream: None, context: BuildContext) -> TensorFolderDataset:
+    # Built outside the `try`: a transform's own ConfigError is a ValueError too, and keeps its path.
+    preprocess = build_helper("transform", spec.preprocess)
     try:
         return TensorFolderDataset(
-            spec.root, spec.pattern, spec.recursive, build_helper("transform", spec.preprocess)
+            spec.root, spec.pattern, spec.recursive, preprocess, array_key=spec.array_key
         )
     except FileNotFoundError as err:
         raise ConfigError(ConfigProblem("dataset.root", str(err))) from err
+    except ValueError as err:  # matched files of an extension it cannot read
+        raise ConfigError(ConfigProblem("dataset.pattern", str(err))) from err
 
 
 def build_target(spec: TargetDatasetSpec, upstream: None, context: BuildContext) -> Any:
-    target = resolve_target(spec.target)
-    try:
-        return target(**spec.kwargs)
-    except TypeError as err:
-        raise ConfigError(
-            ConfigProblem("dataset", f"{spec.target}({', '.join(spec.kwargs)}): {err}")
-        ) from err
+    return instantiate_target(spec, "dataset")

@@ -5,14 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from loaderfactory.builders.targets import instantiate_target
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.specs.target import TargetSpec
 
 
-def build_helper(table: registry.Table, spec: Spec | None) -> Callable[..., Any] | None:
-    """The transform or collate function ``spec`` describes (``None`` for no spec)."""
+def build_helper(
+    table: registry.Table, spec: Spec | None, path: str | None = None
+) -> Callable[..., Any] | None:
+    """The transform or collate function ``spec`` describes (``None`` for no spec).
+
+    A ``_target_`` node is built by ``hydra.utils.instantiate``; its errors are reported at ``path``
+    (by default the table's name, which the slot's builder prefixes).
+    """
     if spec is None:
         return None
+    if isinstance(spec, TargetSpec):
+        return instantiate_target(spec, path or table)  # type: ignore[no-any-return]  # the user's callable
     kind = getattr(spec, "kind", None)
     entry = registry.lookup(table, kind) if kind is not None else _by_type(table, spec)
     return entry.builder(spec)  # type: ignore[no-any-return]  # builders return callables

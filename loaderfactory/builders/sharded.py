@@ -2,64 +2,31 @@
 
 from __future__ import annotations
 
-import inspect
-import os
 import re
 from typing import Any
 
-import torch.distributed as dist
 from torch.utils.data import IterableDataset
 
 from loaderfactory.builders import BuildContext
+from loaderfactory.builders.distributed import resolve_distributed
 from loaderfactory.builders.helpers import build_helper
+from loaderfactory.builders.targets import instantiate_with_dataset
 from loaderfactory.components.sharded import ShardedDataLoader
-from loaderfactory.config.specs.sharded import DistributedSpec, SamplerTargetSpec, ShardedLoaderSpec
-from loaderfactory.config.specs.target import resolve_target
+from loaderfactory.config.specs.sharded import ShardedLoaderSpec
+from loaderfactory.config.specs.target import SamplerTargetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
-
-
-def detect_distributed() -> tuple[int, int]:
-    """``(rank, world_size)`` of an initialised process group, else torchrun's environment, else ``(0, 1)``.
-
-    torchrun sets ``RANK`` and ``WORLD_SIZE``; they are read here, once, when the loader is built.
-    """
-    if dist.is_available() and dist.is_initialized():
-        return dist.get_rank(), dist.get_world_size()
-    rank, world_size = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
-    if rank is None or world_size is None:
-        return 0, 1
-    try:
-        found = int(rank), int(world_size)
-    except ValueError:
-        found = (-1, 0)
-    if not (found[1] >= 1 and 0 <= found[0] < found[1]):
-        raise ConfigError(
-            ConfigProblem(
-                "loader.distributed",
-                f"auto reads RANK={rank!r} and WORLD_SIZE={world_size!r} from the environment, which are not "
-                "a rank in [0, world_size); fix them, or set distributed to off or {rank, world_size}",
-            )
-        )
-    return found
-
-
-def resolve_distributed(setting: str | DistributedSpec) -> tuple[int, int]:
-    """The rank and world size a ``distributed`` setting stands for."""
-    if isinstance(setting, DistributedSpec):
-        return setting.rank, setting.world_size
-    if setting == "off":
-        return 0, 1
-    return detect_distributed()
 
 
 def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildContext) -> ShardedDataLoader:
     if context.batched:
         problems = spec.refuse_after_batches(None)
         raise ConfigError([ConfigProblem(f"loader.{field}", message) for field, message, _ in problems])
-    if isinstance(upstream, IterableDataset):
+    if isinstance(upstream, IterableDataset) or not hasattr(upstream, "__getitem__"):
         raise ConfigError(
             ConfigProblem(
-                "loader.kind", "sharded needs a map-style dataset (indexable); this one is iterable"
+                "loader.kind",
+                f"sharded needs a map-style dataset (len and [i]); a {type(upstream).__name__} can only be "
+                "iterated: use loader=torch",
             )
         )
     rank, world_size = resolve_distributed(spec.distributed)
@@ -101,19 +68,4 @@ def _config_path(message: str) -> str:
 
 
 def _build_sampler(spec: SamplerTargetSpec | None, dataset: Any, path: str) -> Any:
-    if spec is None:
-        return None
-    target = resolve_target(spec.target)
-    kwargs = spec.kwargs
-    try:
-        parameters = inspect.signature(target).parameters
-    except (TypeError, ValueError):
-        parameters = {}  # type: ignore[assignment]  # builtins without a signature take what is given
-    for name in ("data_source", "dataset"):
-        if name in parameters and name not in kwargs:
-            kwargs[name] = dataset
-            break
-    try:
-        return target(**kwargs)
-    except TypeError as err:
-        raise ConfigError(ConfigProblem(path, f"{spec.target}({', '.join(kwargs)}): {err}")) from err
+    return None if spec is None else instantiate_with_dataset(spec, path, dataset)

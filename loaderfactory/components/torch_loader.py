@@ -8,15 +8,17 @@ out). Worker base seeds are drawn from a generator seeded by ``(seed, epoch)`` t
 
 from __future__ import annotations
 
+import itertools
 import math
 import secrets
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
 
+from loaderfactory.components.sharded.sampling import Balance, assign_shards, rank_size
 from loaderfactory.components.state import check_matching, require_keys
 from loaderfactory.errors import ResumeError
 
@@ -29,35 +31,52 @@ def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
 
 
 class ResumableSampler(Sampler[Any]):
-    """Indices of ``length`` items, in batches of ``batch_size`` (single indices when ``None``).
+    """This rank's indices of ``length`` items, in batches of ``batch_size`` (single indices when ``None``).
 
-    The order of an epoch is a function of ``(seed, epoch)``; :attr:`epoch` and :attr:`start` (the
-    first batch to yield) are set by the loader before each pass.
+    The order of an epoch is a function of ``(seed, epoch)``, the same on every rank; each rank
+    takes its strided part of it (``balance``: see
+    :func:`~loaderfactory.components.sharded.sampling.assign_shards`). :attr:`epoch` and
+    :attr:`start` (the first batch to yield) are set by the loader before each pass.
     """
 
     def __init__(
-        self, length: int, batch_size: int | None, shuffle: bool, drop_last: bool, seed: int
+        self,
+        length: int,
+        batch_size: int | None,
+        shuffle: bool,
+        drop_last: bool,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        balance: Balance = "pad",
     ) -> None:
         self.length = length
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.drop_last = drop_last
         self.seed = seed
+        self.rank = rank
+        self.world_size = world_size
+        self.balance = balance
         self.epoch = 0
         self.start = 0
 
     def __len__(self) -> int:
+        items = rank_size(self.length, self.rank, self.world_size, self.balance)
         if self.batch_size is None:
-            return self.length
+            return items
         if self.drop_last:
-            return self.length // self.batch_size
-        return math.ceil(self.length / self.batch_size)
+            return items // self.batch_size
+        return math.ceil(items / self.batch_size)
 
     def order(self, epoch: int) -> list[int]:
-        if not self.shuffle:
-            return list(range(self.length))
-        generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-        return torch.randperm(self.length, generator=generator).tolist()
+        """This rank's indices of ``epoch``."""
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
+            order = torch.randperm(self.length, generator=generator).tolist()
+        else:
+            order = list(range(self.length))
+        return assign_shards(order, self.rank, self.world_size, self.balance)
 
     def __iter__(self) -> Iterator[Any]:
         order = self.order(self.epoch)
@@ -69,11 +88,36 @@ class ResumableSampler(Sampler[Any]):
             yield order[number * size : (number + 1) * size]
 
 
+class ReplayedSampler(Sampler[Any]):
+    """A sampler of yours, restartable at any batch: each pass calls its ``set_epoch(epoch)`` (when it
+    has one, or its inner ``sampler`` has) and skips the first :attr:`start` entries.
+
+    Resuming is exact when the sampler's order is a function of its epoch (``DistributedSampler``,
+    or any sampler given a seeded generator that ``set_epoch`` reseeds).
+    """
+
+    def __init__(self, inner: Iterable[Any]) -> None:
+        self.inner = inner
+        self.epoch = 0
+        self.start = 0
+
+    def __len__(self) -> int:
+        return len(self.inner)  # type: ignore[arg-type]  # TypeError for an unsized sampler, as torch's
+
+    def __iter__(self) -> Iterator[Any]:
+        for source in (self.inner, getattr(self.inner, "sampler", None)):
+            set_epoch = getattr(source, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(self.epoch)
+        return itertools.islice(iter(self.inner), self.start, None)
+
+
 class ResumableDataLoader(DataLoader[Any]):
-    """A ``DataLoader`` with ``state_dict()`` / ``load_state_dict()``.
+    """A ``DataLoader`` with ``state_dict()`` / ``load_state_dict()``, rank-aware.
 
     Each ``iter()`` is an epoch, as with a plain ``DataLoader``; a pass left unfinished counts as
-    an epoch. The state is the epoch and the batches this loader has handed out in it, so a
+    an epoch, and :meth:`set_epoch` numbers the next one (torch's ``DistributedSampler``
+    convention). The state is the epoch and the batches this loader has handed out in it, so a
     loader restored from it yields exactly the rest of that epoch and then the next ones.
     Shuffling without a ``seed`` draws one at random and records it in the state.
 
@@ -82,7 +126,8 @@ class ResumableDataLoader(DataLoader[Any]):
 
     A map-style dataset is resumed by the sampler; an iterable dataset keeps its own position
     (its slot restores it) and can only be resumed without worker processes, which would hold
-    its position out of reach.
+    its position out of reach. With worker processes, an iterable dataset must split its stream
+    between them with ``torch.utils.data.get_worker_info()``, as with any ``DataLoader``.
 
     Args:
         dataset: map-style or iterable dataset.
@@ -90,6 +135,12 @@ class ResumableDataLoader(DataLoader[Any]):
         shuffle: a new permutation per epoch, from ``(seed, epoch)``.
         drop_last: drop the last, smaller batch.
         seed: seed of the permutations and of the workers' base seeds.
+        sampler: your order of the items instead of ``shuffle`` (replayed by :class:`ReplayedSampler`).
+        batch_sampler: your batches of indices instead of ``batch_size``, ``shuffle``, ``sampler``
+            and ``drop_last``.
+        rank, world_size: this process's place among data-parallel processes: each rank loads its
+            strided part of the same per-epoch order, with ``balance`` deciding the remainder
+            (``pad`` by default: every rank the same number of batches).
         **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
     """
 
@@ -100,6 +151,12 @@ class ResumableDataLoader(DataLoader[Any]):
         shuffle: bool = False,
         drop_last: bool = False,
         seed: int | None = None,
+        *,
+        sampler: Iterable[Any] | None = None,
+        batch_sampler: Iterable[Any] | None = None,
+        rank: int = 0,
+        world_size: int = 1,
+        balance: Balance = "pad",
         **kwargs: Any,
     ) -> None:
         self.seed_given = seed is not None
@@ -107,27 +164,67 @@ class ResumableDataLoader(DataLoader[Any]):
         self.shuffle = shuffle
         self.drop_batch = drop_last
         self.map_style = not isinstance(dataset, IterableDataset)
-        self._sampler: ResumableSampler | None = None
+        self.rank, self.world_size = rank, world_size
+        self._sampler: ResumableSampler | ReplayedSampler | None = None
+        self._custom = type(batch_sampler if batch_sampler is not None else sampler).__name__
         generator = torch.Generator().manual_seed(epoch_seed(self.seed, 0, salt=1))
         if self.map_style:
-            sampler = ResumableSampler(len(dataset), batch_size, shuffle, drop_last, self.seed)  # type: ignore[arg-type]  # map-style datasets are sized
-            self._sampler = sampler
-            if batch_size is None:
-                super().__init__(dataset, batch_size=None, sampler=sampler, generator=generator, **kwargs)
+            plan = self._plan(dataset, batch_size, shuffle, drop_last, sampler, batch_sampler, balance)
+            self._sampler = plan
+            if batch_size is None and batch_sampler is None:
+                super().__init__(dataset, batch_size=None, sampler=plan, generator=generator, **kwargs)
             else:
-                super().__init__(dataset, batch_sampler=sampler, generator=generator, **kwargs)
+                super().__init__(dataset, batch_sampler=plan, generator=generator, **kwargs)
         else:
-            if shuffle:
-                raise ValueError("cannot shuffle an iterable dataset")
+            if shuffle or sampler is not None or batch_sampler is not None:
+                raise ValueError(
+                    "an iterable dataset yields its own order: shuffle, sampler and batch_sampler "
+                    "need a map-style dataset (len and [i])"
+                )
+            if world_size > 1:
+                raise ValueError(
+                    f"an iterable dataset cannot be split between {world_size} ranks by the loader; "
+                    "split it by rank in the dataset itself"
+                )
             super().__init__(
                 dataset, batch_size=batch_size, drop_last=drop_last, generator=generator, **kwargs
             )
-        self.items_per_batch = batch_size
+        self.items_per_batch = None if batch_sampler is not None else batch_size
         self._epoch = 0
         self._position = 0
         self._active = False
         self._pending: tuple[int, int] | None = None
         self._token = 0
+
+    def _plan(
+        self,
+        dataset: Dataset[Any],
+        batch_size: int | None,
+        shuffle: bool,
+        drop_last: bool,
+        sampler: Iterable[Any] | None,
+        batch_sampler: Iterable[Any] | None,
+        balance: Balance,
+    ) -> ResumableSampler | ReplayedSampler:
+        if batch_sampler is not None:
+            if sampler is not None or shuffle or drop_last or batch_size is not None:
+                raise ValueError(
+                    "batch_sampler makes the batches itself: leave batch_size None and "
+                    "shuffle, sampler and drop_last unset"
+                )
+            return ReplayedSampler(batch_sampler)
+        if sampler is not None:
+            if shuffle:
+                raise ValueError("sampler gives the order itself: leave shuffle False")
+            if batch_size is None:
+                return ReplayedSampler(sampler)
+            return ReplayedSampler(BatchSampler(sampler, batch_size, drop_last))
+        if batch_size is None and drop_last:
+            raise ValueError("drop_last needs batches: batch_size None passes items through unbatched")
+        length = len(dataset)  # type: ignore[arg-type]  # map-style datasets are sized
+        return ResumableSampler(
+            length, batch_size, shuffle, drop_last, self.seed, self.rank, self.world_size, balance
+        )
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
         if self._pending is not None:
@@ -164,16 +261,35 @@ class ResumableDataLoader(DataLoader[Any]):
             self._position = 0
             self._active = False
 
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (its order is a function of ``(seed, epoch)``).
+
+        Calling it is optional: each pass advances the epoch. A state loaded for the same epoch
+        stays in force, so ``set_epoch(e)`` at the top of a resumed training loop is safe.
+        """
+        if epoch < 0:
+            raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if self._pending is not None and self._pending[0] == epoch:
+            return
+        self._pending = None
+        self._epoch, self._position, self._active = epoch, 0, False
+
     def _settings(self) -> dict[str, Any]:
-        return {
+        """What decides the batch sequence; a state saved under other values is refused."""
+        settings: dict[str, Any] = {
             "map_style": self.map_style,
             "length": len(self.dataset) if self.map_style else None,  # type: ignore[arg-type]  # map-style datasets are sized
             "batch_size": self.items_per_batch,
             "drop_last": self.drop_batch,
             "shuffle": self.shuffle,
-            "num_workers": self.num_workers,
-            "world_size": 1,
+            "sampler": self._custom if self._custom != "NoneType" else None,
+            "world_size": self.world_size,
+            "rank": self.rank,
         }
+        if not self.map_style:
+            # Without a sampler the workers' interleaving decides the order.
+            settings["num_workers"] = self.num_workers
+        return settings
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, batches handed out in it, seed and the settings a restored loader must share."""
@@ -188,12 +304,12 @@ class ResumableDataLoader(DataLoader[Any]):
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at the saved epoch and batch on the next ``iter()``."""
         owner = "loader (torch)"
-        require_keys(owner, state, ("epoch", "position", "seed", "num_workers"))
+        require_keys(owner, state, ("epoch", "position", "seed"))
         check_matching(owner, state, self._settings())
         if self.seed_given and state["seed"] != self.seed:
             check_matching(owner, state, {"seed": self.seed})
         self.seed = int(state["seed"])
-        if self._sampler is not None:
+        if isinstance(self._sampler, ResumableSampler):
             self._sampler.seed = self.seed
         self._pending = (int(state["epoch"]), int(state["position"]))
         self._active = False

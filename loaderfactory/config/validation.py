@@ -33,7 +33,7 @@ def validate(config: Any, *, require_dataset: bool = True) -> LoaderSpec:
 
     prefix = node_path(config)
     try:
-        return _validate(to_plain(config), require_dataset)
+        return _validate(to_plain(config), require_dataset, prefix)
     except ConfigError as err:
         if not prefix:
             raise
@@ -42,13 +42,13 @@ def validate(config: Any, *, require_dataset: bool = True) -> LoaderSpec:
         ) from None
 
 
-def _validate(data: Any, require_dataset: bool) -> LoaderSpec:
+def _validate(data: Any, require_dataset: bool, prefix: str = "") -> LoaderSpec:
     if not isinstance(data, dict):
         raise ConfigError(f"a loader config must be a mapping of slots, got {type(data).__name__}")
     data = {k: v for k, v in data.items() if k not in HYDRA_KEYS}
     problems = [_missing_dataset()] if require_dataset and data.get("dataset") is None else []
     try:
-        spec = LoaderSpec.model_validate(data)
+        spec = LoaderSpec.model_validate(data, context={"root": prefix})
     except ValidationError as err:
         problems += _tidy([_explain(e, data) for e in err.errors()])
     if problems:

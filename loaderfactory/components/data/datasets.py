@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pickle
 import time
+import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 from torch.utils.data import Dataset
 
@@ -73,14 +76,29 @@ class SyntheticDataset(Dataset[Item]):
         return item
 
 
+SUFFIXES = (".pt", ".pth", ".npy", ".npz")
+"""File extensions ``TensorFolderDataset`` reads (compared lower-case); the spec mirrors them."""
+READS = "tensor_folder reads .pt/.pth (a dict item), .npy (one array) and .npz (named arrays)"
+
+_READ_ERRORS = (EOFError, RuntimeError, TypeError, ValueError, pickle.UnpicklingError, zipfile.BadZipFile)
+"""What the readers raise for a file whose bytes are not what its extension says (truncated, another
+format, an array dtype torch lacks). ``OSError`` is left alone: its message already names the file."""
+
+
 class TensorFolderDataset(Dataset[Item]):
-    """A folder of ``.pt`` files, each holding one dict item, loaded lazily in sorted path order.
+    """A folder of tensor files, one item each, read lazily in sorted path order.
+
+    Each file is read by its extension: ``.pt``/``.pth`` with ``torch.load(weights_only=True)`` and
+    must hold a dict; ``.npy`` is memory-mapped and copied into a writable tensor, the item
+    ``{array_key: tensor}``; ``.npz`` gives a dict of its named arrays. Matched files of any other
+    extension are refused at construction; a file that cannot be read is a ``ValueError`` naming it.
 
     Args:
         root: the folder.
         pattern: glob for the files, relative to ``root``.
         recursive: also search subfolders.
         preprocess: applied to each item after loading (e.g. a transform from the registry).
+        array_key: the key a ``.npy`` file's array gets in its item.
     """
 
     def __init__(
@@ -89,6 +107,7 @@ class TensorFolderDataset(Dataset[Item]):
         pattern: str = "*.pt",
         recursive: bool = False,
         preprocess: Callable[[Item], Item] | None = None,
+        array_key: str = "data",
     ) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
@@ -97,16 +116,50 @@ class TensorFolderDataset(Dataset[Item]):
         self.files = sorted(p for p in found if p.is_file())
         if not self.files:
             raise FileNotFoundError(f"tensor_folder: no files match {pattern!r} in {str(self.root)!r}")
+        others = [p for p in self.files if p.suffix.lower() not in SUFFIXES]
+        if others:
+            shown = ", ".join(repr(str(p.relative_to(self.root))) for p in others[:3])
+            more = f" and {len(others) - 3} more" if len(others) > 3 else ""
+            readable = sorted({p.suffix.lower() for p in self.files} & set(SUFFIXES))
+            example = f"*{readable[0]}" if len(readable) == 1 else "*.npy"
+            raise ValueError(
+                f"{READS}; {pattern!r} also matches {shown}{more} in {str(self.root)!r}; "
+                f"narrow the pattern, e.g. {example!r}"
+            )
         self.preprocess = preprocess
+        self.array_key = array_key
 
     def __len__(self) -> int:
         return len(self.files)
 
     def __getitem__(self, index: int) -> Item:
         path = self.files[index]
-        item = torch.load(path, weights_only=True)
+        suffix = path.suffix.lower()
+        try:
+            item = self._read(path, suffix)
+        except _READ_ERRORS as err:
+            raise ValueError(f"{path}: cannot read it as a {suffix} file: {err}") from err
         if not isinstance(item, dict):
             raise TypeError(f"{path}: holds a {type(item).__name__}; tensor_folder files must hold a dict")
         if self.preprocess is not None:
             item = self.preprocess(item)
         return dict(item)
+
+    def _read(self, path: Path, suffix: str) -> Any:
+        if suffix == ".npy":
+            array = np.load(path, mmap_mode="r")
+            if not isinstance(array, np.ndarray):  # an .npz archive named .npy
+                array.close()
+                raise ValueError("holds an .npz archive, not one array; rename it to .npz")
+            return {self.array_key: _tensor(array)}
+        if suffix == ".npz":
+            # Our own handle: np.load leaves the file open when it is not a zip archive.
+            with open(path, "rb") as handle, np.load(handle) as archive:
+                return {key: _tensor(archive[key]) for key in archive.files}
+        return torch.load(path, weights_only=True)
+
+
+def _tensor(array: np.ndarray[Any, Any]) -> torch.Tensor:
+    """A writable tensor of ``array``'s values: a read-only memmap or a big-endian array is copied."""
+    native = np.require(array, dtype=array.dtype.newbyteorder("="), requirements=["C", "W", "E"])
+    return torch.from_numpy(native)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec
 from loaderfactory.config.specs.refs import TransformRef
@@ -53,18 +54,41 @@ class SyntheticDatasetSpec(Spec):
     """Sleep per item, standing in for slow storage."""
 
 
+TENSOR_FILE_SUFFIXES = frozenset({".pt", ".pth", ".npy", ".npz"})
+"""What ``tensor_folder`` reads; mirrors ``SUFFIXES`` of the runtime dataset (specs never import torch)."""
+
+
 class TensorFolderSpec(Spec):
-    """A folder of ``.pt`` files, each holding one dict item, read lazily in sorted order."""
+    """A folder of ``.pt``/``.pth``, ``.npy`` or ``.npz`` files, one item each, read lazily in sorted order.
+
+    Each file is read by its extension: ``.pt``/``.pth`` hold a dict item, ``.npy`` one array (the
+    item ``{array_key: array}``, memory-mapped and copied), ``.npz`` named arrays (one key each).
+    """
 
     kind: Literal["tensor_folder"] = "tensor_folder"
     root: str
-    """The folder holding the .pt files."""
+    """The folder holding the files."""
     pattern: str = "*.pt"
-    """Glob selecting the files, relative to root."""
+    """Glob selecting the files, relative to root; every match needs a .pt, .pth, .npy or .npz extension."""
     recursive: bool = False
     """Also search subfolders."""
     preprocess: TransformRef | None = None
     """Transform applied to each item as it is loaded."""
+    array_key: str = "data"
+    """The key a .npy file's array gets in its item."""
+
+    @field_validator("pattern")
+    @classmethod
+    def _readable_extension(cls, pattern: str) -> str:
+        # Only a concrete extension can be judged here: `*`, `*.np?` or `**/*` may match readable
+        # files, and the dataset refuses what they match beyond them when it is built.
+        suffix = PurePosixPath(pattern).suffix
+        if suffix and not any(c in suffix for c in "*?[") and suffix.lower() not in TENSOR_FILE_SUFFIXES:
+            raise ValueError(
+                "tensor_folder reads .pt/.pth (a dict item), .npy (one array) and .npz (named arrays); "
+                f"{pattern!r} selects {suffix} files"
+            )
+        return pattern
 
 
 class TargetDatasetSpec(TargetSpec):

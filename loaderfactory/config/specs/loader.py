@@ -6,21 +6,40 @@ from typing import Any, Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from loaderfactory.config.specs.base import BatchSize, Count, Seed, Spec, Timeout, alias, refuse_unless
+from loaderfactory.config.specs.base import (
+    BatchSize,
+    Count,
+    Seed,
+    Spec,
+    Timeout,
+    alias,
+    broken_rules,
+    refuse_unless,
+)
 from loaderfactory.config.specs.refs import CollateRef
+from loaderfactory.config.specs.sharded import Distributed
+from loaderfactory.config.specs.target import CallableTargetSpec, SamplerTargetSpec
 
 
 class TorchLoaderSpec(Spec):
     """Batch with ``torch.utils.data.DataLoader``; its process workers run the dataset.
 
-    Costs ``num_workers`` processes, each holding up to ``prefetch_factor`` batches.
+    Every ``DataLoader`` argument has a field of the same name (``collate_fn`` is accepted for
+    ``collate``); ``sampler``, ``batch_sampler``, ``collate`` and ``worker_init_fn`` are
+    ``_target_`` nodes. Under ``torch.distributed`` each rank loads its part of a shared
+    per-epoch order (``distributed``, ``balance``). Costs ``num_workers`` processes, each
+    holding up to ``prefetch_factor`` batches.
     """
 
     kind: Literal["torch"] = "torch"
-    batch_size: BatchSize = Field(32, validation_alias=alias("batch_size", "bs"))
-    """Items per batch."""
+    batch_size: BatchSize | None = Field(32, validation_alias=alias("batch_size", "bs"))
+    """Items per batch; null passes items through unbatched (torch's batch_size=None)."""
     shuffle: bool = False
     """Reshuffle every epoch (seeded by `seed`)."""
+    sampler: SamplerTargetSpec | None = None
+    """{_target_: ...} giving the order of the indices; excludes shuffle. Gets the dataset as data_source."""
+    batch_sampler: SamplerTargetSpec | None = None
+    """{_target_: ...} yielding lists of indices; excludes batch_size (null), shuffle, sampler, drop_last."""
     drop_last: bool = False
     """Drop the last incomplete batch."""
     num_workers: NonNegativeInt = 0
@@ -31,14 +50,24 @@ class TorchLoaderSpec(Spec):
     """Keep workers alive across epochs; needs workers."""
     pin_memory: bool = False
     """Pin batches for fast transfer; a no-op without an accelerator."""
+    pin_memory_device: str | None = None
+    """Device to pin for (torch's pin_memory_device); null: the current accelerator. Needs pin_memory."""
     timeout: Timeout = None
     """Seconds to wait for a worker batch; needs workers."""
-    collate: CollateRef | None = None
-    """Collate function; null is torch's default_collate."""
+    collate: CollateRef | None = Field(None, validation_alias=alias("collate", "collate_fn"))
+    """Collate function (alias collate_fn); null is torch's default_collate."""
+    worker_init_fn: CallableTargetSpec | None = None
+    """{_target_: my.fn, _partial_: true}, called in each worker with its id; needs workers."""
+    in_order: bool = True
+    """Batches in sampler order; false yields whichever worker is done first (faster; resume inexact)."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """Start method of the workers; needs workers."""
     seed: Seed | None = None
     """Shuffle seed; null falls back to the root `seed`."""
+    distributed: Distributed = "auto"
+    """`auto`: torch.distributed or torchrun's environment; `off`: every rank reads all; or explicit."""
+    balance: Literal["pad", "drop", "uneven"] = "pad"
+    """Equal parts per rank by wrapping around (`pad`) or cutting (`drop`); `uneven` needs Join."""
 
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         problems: list[tuple[str, str, Any]] = []
@@ -46,6 +75,11 @@ class TorchLoaderSpec(Spec):
             problems.append(("shuffle", "the queue already samples at random; set it to false", True))
         if self.drop_last:
             problems.append(("drop_last", "the queue yields whole batches; set it to false", True))
+        for name in ("sampler", "batch_sampler"):
+            if getattr(self, name) is not None:
+                problems.append(
+                    (name, "the queue draws the batches itself; drop the " + name, getattr(self, name).target)
+                )
         if self.num_workers > 0:
             problems.append(
                 (
@@ -55,7 +89,11 @@ class TorchLoaderSpec(Spec):
                     self.num_workers,
                 )
             )
-        if batch_size is not None and "batch_size" in self.model_fields_set and self.batch_size != batch_size:
+        if (
+            batch_size is not None
+            and "batch_size" in self.model_fields_set
+            and self.batch_size not in (None, batch_size)
+        ):
             problems.append(
                 (
                     "batch_size",
@@ -68,11 +106,44 @@ class TorchLoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:
-        options = ("prefetch_factor", "persistent_workers", "timeout", "multiprocessing_context")
+        title = type(self).__name__
+        options = (
+            "prefetch_factor",
+            "persistent_workers",
+            "timeout",
+            "multiprocessing_context",
+            "worker_init_fn",
+        )
         refuse_unless(
             self.num_workers > 0,
-            type(self).__name__,
+            title,
             {name: getattr(self, name) for name in options},
             "needs worker processes, but num_workers is 0; set num_workers >= 1",
         )
+        refuse_unless(
+            self.pin_memory, title, {"pin_memory_device": self.pin_memory_device}, "needs pin_memory: true;"
+        )
+        return self
+
+    @model_validator(mode="after")
+    def _torch_sampling_rules(self) -> TorchLoaderSpec:
+        """torch's own rules on batch_size, shuffle, sampler, batch_sampler and drop_last, by field."""
+        problems: list[tuple[str, str, Any]] = []
+        if self.batch_sampler is not None:
+            reason = "batch_sampler makes the batches (and their order); "
+            if self.batch_size is not None:
+                problems.append(("batch_size", reason + "set batch_size to null", self.batch_size))
+            for name in ("shuffle", "drop_last"):
+                if getattr(self, name):
+                    problems.append((name, reason + f"set {name} to false", True))
+            if self.sampler is not None:
+                problems.append(("sampler", reason + "drop the sampler", self.sampler.target))
+        elif self.sampler is not None and self.shuffle:
+            problems.append(("shuffle", "the sampler gives the order; set shuffle to false", True))
+        if self.batch_size is None and self.drop_last and self.batch_sampler is None:
+            problems.append(
+                ("drop_last", "batch_size null makes no batches to drop; set drop_last to false", True)
+            )
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
         return self

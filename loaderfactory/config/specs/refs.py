@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import ValidationError, ValidatorFunctionWrapHandler, WrapValidator
+from pydantic import ValidationError, ValidationInfo, ValidatorFunctionWrapHandler, WrapValidator
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import RULE, Spec
+from loaderfactory.config.specs.target import TargetCollateSpec, TargetTransformSpec
 
 
 def _fail(title: str, loc: tuple[str | int, ...], kind: str, message: str, value: Any) -> ValidationError:
@@ -21,18 +22,29 @@ def _fail(title: str, loc: tuple[str | int, ...], kind: str, message: str, value
     return ValidationError.from_exception_data(title, details)
 
 
-def spec_class_for(table: registry.Table, value: dict[str, Any]) -> type[Spec]:
-    """The spec class ``value`` asks for; raises ``ValidationError`` located at ``kind``."""
-    registry.load_plugins()
-    if table == "dataset" and "_target_" in value and "kind" in value:
-        message = (
-            "give either 'kind' or '_target_', not both (on the command line: ~dataset +dataset._target_=...)"
-        )
-        raise _fail(table, ("_target_",), RULE, message, value["_target_"])
-    if table == "dataset" and "_target_" in value:
+def _target_spec(table: registry.Table) -> type[Spec] | None:
+    """The spec of a ``_target_`` node in ``table``, where the table takes one."""
+    if table == "dataset":
         from loaderfactory.config.specs.dataset import TargetDatasetSpec
 
         return TargetDatasetSpec
+    return {"collate": TargetCollateSpec, "transform": TargetTransformSpec}.get(table)
+
+
+def spec_class_for(table: registry.Table, value: dict[str, Any], root: str = "") -> type[Spec]:
+    """The spec class ``value`` asks for; raises ``ValidationError`` located at ``kind``.
+
+    ``root`` is the path of the loader config inside the user's config (``data.``), for hints.
+    """
+    registry.load_plugins()
+    target_spec = _target_spec(table)
+    if target_spec is not None and "_target_" in value and "kind" in value:
+        message = "give either 'kind' or '_target_', not both"
+        if table == "dataset":
+            message += f" (on the command line: ~{root}dataset +{root}dataset._target_=...)"
+        raise _fail(table, ("_target_",), RULE, message, value["_target_"])
+    if target_spec is not None and "_target_" in value:
+        return target_spec
     if "kind" not in value:
         known = ", ".join(registry.available(table))
         raise _fail(table, ("kind",), RULE, f"missing; choose one of: {known}", value)
@@ -59,16 +71,17 @@ class KindOf:
 def dispatch_on_kind(table: registry.Table) -> WrapValidator:
     """A validator that validates a mapping with the spec class registered for its ``kind``."""
 
-    def validate(value: Any, handler: ValidatorFunctionWrapHandler) -> Spec:
+    def validate(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Spec:
         if isinstance(value, Spec):
             return value
         if not isinstance(value, dict):
             raise PydanticCustomError(RULE, f"must be a mapping with a 'kind' key, got {value!r}")
-        spec_cls = spec_class_for(table, value)
+        root = (info.context or {}).get("root", "")
+        spec_cls = spec_class_for(table, value, f"{root}." if root else "")
         data = dict(value)
         if "kind" not in spec_cls.model_fields:
             data.pop("kind", None)
-        return spec_cls.model_validate(data)
+        return spec_cls.model_validate(data, context=info.context)
 
     return WrapValidator(validate)
 
@@ -79,6 +92,6 @@ LoaderRef = Annotated[Any, dispatch_on_kind("loader"), KindOf("loader")]
 StreamRef = Annotated[Any, dispatch_on_kind("stream"), KindOf("stream")]
 PrefetchRef = Annotated[Any, dispatch_on_kind("prefetch"), KindOf("prefetch")]
 TransformRef = Annotated[Any, dispatch_on_kind("transform"), KindOf("transform")]
-"""A transform entry: ``{kind: rand_flip, apply_on: [vol], p: 0.5}``."""
+"""A transform entry: ``{kind: rand_flip, apply_on: [vol], p: 0.5}`` or ``{_target_: my.Transform}``."""
 CollateRef = Annotated[Any, dispatch_on_kind("collate"), KindOf("collate")]
-"""A collate entry: ``{kind: dict, keys: [vol, label]}``."""
+"""A collate entry: ``{kind: dict, keys: [vol, label]}`` or ``{_target_: my.collate, _partial_: true}``."""

@@ -25,15 +25,7 @@ from loaderfactory.config.specs.base import (
     broken_rules,
 )
 from loaderfactory.config.specs.refs import CollateRef
-from loaderfactory.config.specs.target import TargetSpec
-
-
-class SamplerTargetSpec(TargetSpec):
-    """A sampler or batch sampler class, the Hydra way: ``_target_: my.module.MySampler`` plus arguments.
-
-    If the class takes a ``data_source`` or ``dataset`` argument that the config leaves out, the
-    builder passes the dataset.
-    """
+from loaderfactory.config.specs.target import SamplerTargetSpec
 
 
 class DistributedSpec(Spec):

@@ -1,13 +1,21 @@
-"""``_target_`` specs: a class or factory named by its dotted path, plus its arguments (the Hydra way)."""
+"""``_target_`` specs: a class or factory named by its dotted path, plus its arguments (the Hydra way).
+
+Validation checks that every ``_target_`` (nested ones too) can be imported; building calls
+``hydra.utils.instantiate``, so ``_args_``, ``_partial_``, ``_convert_``, ``_recursive_`` and nested
+``_target_`` nodes mean what they mean in Hydra.
+"""
 
 from __future__ import annotations
 
 import importlib
 from typing import Any
 
-from pydantic import ConfigDict, Field, field_validator
+from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.specs.base import Spec, broken_rules
+
+HYDRA_TARGET_KEYS = ("_args_", "_partial_", "_convert_", "_recursive_")
+"""Keys beside ``_target_`` that ``hydra.utils.instantiate`` reads instead of passing them on."""
 
 
 class TargetSpec(Spec):
@@ -24,10 +32,52 @@ class TargetSpec(Spec):
         resolve_target(target)
         return target
 
+    @model_validator(mode="after")
+    def _nested_targets_importable(self) -> TargetSpec:
+        problems = [
+            (path, str(err), target)
+            for path, target in _nested_targets(self.model_extra or {}, "")
+            for err in _import_problem(target)
+        ]
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self
+
     @property
     def kwargs(self) -> dict[str, Any]:
-        """The arguments for the target, everything but ``_target_``."""
+        """The target's arguments and Hydra's keys (``_args_``, ``_partial_``, ...): all but ``_target_``."""
         return dict(self.model_extra or {})
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The node as ``hydra.utils.instantiate`` takes it."""
+        return {"_target_": self.target, **self.kwargs}
+
+
+def _nested_targets(node: Any, path: str) -> list[tuple[str, Any]]:
+    """``(dotted path, value)`` of every ``_target_`` inside ``node``."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            where = f"{path}.{key}" if path else str(key)
+            if key == "_target_":
+                found.append((where, value))
+            else:
+                found.extend(_nested_targets(value, where))
+    elif isinstance(node, list):
+        for index, value in enumerate(node):
+            found.extend(_nested_targets(value, f"{path}.{index}" if path else str(index)))
+    return found
+
+
+def _import_problem(target: Any) -> list[ValueError]:
+    if not isinstance(target, str):
+        return [ValueError(f"must be a dotted path like 'my_package.MyClass', got {target!r}")]
+    try:
+        resolve_target(target)
+    except ValueError as err:
+        return [err]
+    return []
 
 
 def resolve_target(target: str) -> Any:
@@ -43,3 +93,23 @@ def resolve_target(target: str) -> Any:
         return getattr(module, attr)
     except AttributeError:
         raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+class TargetCollateSpec(TargetSpec):
+    """A collate function of yours: ``{_target_: my.module.collate, _partial_: true}`` for a function."""
+
+
+class TargetTransformSpec(TargetSpec):
+    """A transform of yours: a callable ``f(item)`` or ``f(item, generator)``, built by ``_target_``."""
+
+
+class SamplerTargetSpec(TargetSpec):
+    """A sampler or batch sampler class, the Hydra way: ``_target_: my.module.MySampler`` plus arguments.
+
+    If the class takes a ``data_source`` or ``dataset`` argument that the config leaves out, the
+    builder passes the dataset.
+    """
+
+
+class CallableTargetSpec(TargetSpec):
+    """A function of yours, the Hydra way: ``{_target_: my.module.fn, _partial_: true}``."""
