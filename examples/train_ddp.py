@@ -2,7 +2,8 @@
 
     torchrun --standalone --nproc_per_node=2 examples/train_ddp.py --epochs 2
 
-Each rank builds the same config (``loader=sharded_ddp``, ``distributed: auto``): the loader
+Each rank builds the same config (``loader=sharded_ddp`` or ``--loader torch_workers``,
+``distributed: auto``): the loader
 reads its rank and world size from the process group once, and loads a disjoint part of one
 seeded per-epoch shuffle, every rank the same number of steps, so the gradient all-reduce of
 every step has a partner on every rank. ``--record DIR`` writes the indices each rank saw.
@@ -30,6 +31,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--length", type=int, default=512, help="items in the synthetic dataset")
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2, help="worker processes per rank")
+    parser.add_argument("--loader", default="sharded_ddp", help="loader preset: sharded_ddp or torch_workers")
     parser.add_argument("--record", type=Path, default=None, help="write rank<r>.json with the indices seen")
     parser.add_argument("overrides", nargs="*", help="extra Hydra overrides, e.g. loader.balance=drop")
     return parser.parse_args(argv)
@@ -42,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     cfg = loaderfactory.compose(
         [
-            "loader=sharded_ddp",
+            f"loader={args.loader}",
+            "loader.shuffle=true",
             "~prefetch",
             "seed=0",
             f"dataset.length={args.length}",
@@ -56,9 +59,8 @@ def main(argv: list[str] | None = None) -> None:
     seen: list[list[int]] = []
     steps: list[int] = []
     with loaderfactory.build_loader(cfg) as loader:
-        sharded = loader["loader"]
         for epoch in range(args.epochs):
-            sharded.set_epoch(epoch)
+            loader.set_epoch(epoch)  # optional: each pass advances the epoch by itself
             indices: list[int] = []
             for batch in loader:
                 optimizer.zero_grad()

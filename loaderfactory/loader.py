@@ -82,6 +82,20 @@ class Loader:
         self._resumed = False
         return self._epoch()
 
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next pass epoch ``epoch`` (the ``DistributedSampler`` convention).
+
+        Components that shuffle per epoch (``torch``, ``sharded``) follow it, so every rank that
+        sets the same epoch loads its part of the same order. Optional: each full pass advances the
+        epoch by itself. After :meth:`load_state_dict`, setting the saved epoch keeps the position.
+        """
+        for component in self._components.values():
+            set_epoch = getattr(component, "set_epoch", None)
+            if callable(set_epoch):
+                set_epoch(epoch)
+        if not (self._resumed and epoch == self.epoch):
+            self.epoch, self.batches_in_epoch, self._resumed = epoch, 0, False
+
     def _epoch(self) -> Iterator[Any]:
         stats = self.stats
         stats.start()
@@ -217,9 +231,15 @@ class Loader:
         return {**upstream, slot: own}
 
     def _config(self) -> Any:
+        """The config as far as it decides the batch sequence (each slot's ``speed_only`` fields left out)."""
         if self.spec is None or not hasattr(self.spec, "model_dump"):
             return None
-        return self.spec.model_dump(mode="json", exclude={"run"})
+        exclude: dict[str, Any] = {"run": True}
+        for name in type(self.spec).model_fields:
+            speed_only = getattr(getattr(self.spec, name), "speed_only", None)
+            if speed_only:
+                exclude[name] = set(speed_only)
+        return self.spec.model_dump(mode="json", exclude=exclude)
 
     def close(self) -> None:
         """Stop every thread and process the components own, last stage first; safe to call twice."""

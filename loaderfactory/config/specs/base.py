@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
@@ -88,6 +88,10 @@ class Spec(BaseModel):
         use_attribute_docstrings=True,
         strict=True,  # `num_workers: true` or `shuffle: "yes"` are mistakes, not 1 and True
     )
+
+    speed_only: ClassVar[frozenset[str]] = frozenset()
+    """Fields that change speed or resources but never the batch sequence: a state saved under one
+    value resumes under another (``Loader.load_state_dict`` compares every other field)."""
 
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense

@@ -43,6 +43,8 @@ class SyntheticDatasetSpec(Spec):
     ``delay_ms`` sleeps per item (releasing the GIL) to stand in for slow storage.
     """
 
+    speed_only = frozenset({"delay_ms"})
+
     kind: Literal["synthetic"] = "synthetic"
     length: Count = 1024
     """Number of items."""

@@ -31,6 +31,18 @@ class TorchLoaderSpec(Spec):
     holding up to ``prefetch_factor`` batches.
     """
 
+    speed_only = frozenset(
+        {
+            "num_workers",  # the sampler, in this process, decides the order of a map-style dataset
+            "prefetch_factor",
+            "persistent_workers",
+            "pin_memory",
+            "pin_memory_device",
+            "timeout",
+            "multiprocessing_context",
+        }
+    )
+
     kind: Literal["torch"] = "torch"
     batch_size: BatchSize | None = Field(32, validation_alias=alias("batch_size", "bs"))
     """Items per batch; null passes items through unbatched (torch's batch_size=None)."""

@@ -16,6 +16,8 @@ class ThreadBufferSpec(Spec):
     (data echoing) while the next one loads; echoes are copies unless ``copy_echoes`` is false.
     """
 
+    speed_only = frozenset({"buffer_size", "timeout"})
+
     kind: Literal["thread"] = "thread"
     buffer_size: BufferSize = 1
     """Batches fetched ahead of the consumer."""

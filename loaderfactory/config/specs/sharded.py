@@ -74,6 +74,18 @@ class ShardedLoaderSpec(WorkersSpec):
     the builder passes canonical arguments to the component.
     """
 
+    speed_only = frozenset(
+        {
+            "num_workers",  # the shard plan decides the steps; workers only load them, in order
+            "worker_type",
+            "prefetch",
+            "persistent_workers",
+            "pin_memory",
+            "timeout",
+            "multiprocessing_context",
+        }
+    )
+
     kind: Literal["sharded"] = "sharded"
     # WorkersSpec's fields again, unchanged, to document them for this kind
     num_workers: NonNegativeInt = 0

@@ -18,6 +18,8 @@ class StreamWrapperSpec(Spec):
     consumer waits.
     """
 
+    speed_only = frozenset({"buffer_size", "timeout", "gated", "name"})
+
     kind: Literal["epochs"] = "epochs"
     buffer_size: NonNegativeInt = Field(0, validation_alias=alias("buffer_size", "buffer"))
     """Batches produced ahead on a background thread; 0 produces on the consumer's thread."""
