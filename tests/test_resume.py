@@ -144,7 +144,7 @@ def test_unseeded_shuffle_records_its_seed() -> None:
 @pytest.mark.parametrize(
     ("change", "match"),
     [
-        ({"loader": {"num_workers": 2}}, r"loader.num_workers: saved 0, now 2"),
+        ({"loader": {"shuffle": False}}, r"loader.shuffle: saved True, now False"),
         ({"loader": {"batch_size": 5}}, r"loader.batch_size: saved 4, now 5"),
         ({"stream": {"epoch_size": 5}}, r"another config \(stream: saved None"),
     ],
@@ -159,6 +159,49 @@ def test_state_from_another_config_is_refused(change: dict[str, Any], match: str
         other[slot] = {**other.get(slot, {"kind": "epochs"}), **values}
     with loaderfactory.build_loader(other) as loader, pytest.raises(ResumeError, match=match):
         loader.load_state_dict(state)
+
+
+SPEED_ONLY = [
+    pytest.param(
+        {"prefetch": {"kind": "thread", "buffer_size": 1}, "stream": {"kind": "epochs", "epoch_size": 5}},
+        {
+            "prefetch": {"kind": "thread", "buffer_size": 4, "timeout": 30},
+            "stream": {"kind": "epochs", "epoch_size": 5, "buffer_size": 3, "gated": True},
+            "loader": {"num_workers": 2, "prefetch_factor": 3, "persistent_workers": True, "timeout": 30},
+        },
+        id="torch",
+    ),
+    pytest.param(
+        {"loader": {"kind": "sharded", "num_workers": 0}},
+        {"loader": {"kind": "sharded", "num_workers": 2, "worker_type": "thread", "prefetch": 3}},
+        id="sharded",
+    ),
+]
+
+
+@pytest.mark.parametrize(("saved_with", "loaded_with"), SPEED_ONLY)
+def test_settings_that_only_change_speed_may_differ_on_resume(
+    saved_with: dict[str, Any], loaded_with: dict[str, Any]
+) -> None:
+    """Buffer sizes, timeouts, worker counts and prefetch depth may change between save and load."""
+
+    def config(changes: dict[str, Any]) -> dict[str, Any]:
+        base = _config(0, None, None)
+        for slot, values in changes.items():
+            base[slot] = {**base.get(slot, {}), **values}
+        if base["loader"]["kind"] == "sharded":
+            base["loader"] = {k: v for k, v in base["loader"].items() if k != "drop_last"}
+            base["loader"]["distributed"] = "off"
+        return base
+
+    reference = _reference(config(saved_with))
+    with loaderfactory.build_loader(config(saved_with)) as loader:
+        _run_to(loader, reference, (1, 2))
+        state = json.loads(json.dumps(loader.state_dict()))
+    with loaderfactory.build_loader(config(loaded_with)) as restored:
+        restored.load_state_dict(state)
+        assert [_ids(b) for b in restored] == reference[1][2:]
+        assert [_ids(b) for b in restored] == reference[2]
 
 
 def test_component_takes_a_state_of_another_worker_count() -> None:
