@@ -191,3 +191,20 @@ def test_an_array_torch_cannot_hold_names_the_file(tmp_path: Path) -> None:
     np.save(tmp_path / "words.npy", np.array(["a", "b"]))
     with pytest.raises(ValueError, match=r"words\.npy: cannot read it as a \.npy file: can't convert"):
         TensorFolderDataset(tmp_path, pattern="*.npy")[0]
+
+
+def test_npy_folder_through_compose_and_the_cli_validation(tmp_path: Path) -> None:
+    """The Hydra path: ``dataset=tensor_folder`` with a .npy pattern builds; a .txt pattern is refused."""
+    from loaderfactory import compose
+
+    for i in range(3):
+        write(tmp_path / f"item{i}.npy", i)
+    cfg = compose(
+        ["dataset=tensor_folder", f"dataset.root={tmp_path}", "dataset.pattern=*.npy", "loader.batch_size=3"]
+    )
+    with build_loader(cfg) as loader:
+        (batch,) = list(loader)
+    assert batch["data"].shape == (3, 2, 3)
+    with pytest.raises(ConfigError, match=READS) as info:
+        validate(compose(["dataset=tensor_folder", f"dataset.root={tmp_path}", "dataset.pattern=*.txt"]))
+    assert info.value.paths == ["dataset.pattern"]

@@ -282,3 +282,21 @@ def test_state_is_refused_when_it_is_not_a_loader_state() -> None:
         pytest.raises(ResumeError, match="not a Loader state"),
     ):
         loader.load_state_dict({"epoch": 1})
+
+
+def test_composed_config_resumes_with_another_buffer_size() -> None:
+    """The Hydra path: a state saved with prefetch.buffer_size=1 loads into prefetch.buffer_size=4."""
+    overrides = ["dataset.length=20", "loader.batch_size=4", "loader.shuffle=true", "seed=2"]
+    with loaderfactory.build_loader(loaderfactory.compose([*overrides, "prefetch.buffer_size=4"])) as loader:
+        expected = [_ids(b) for b in loader]
+    with loaderfactory.build_loader(loaderfactory.compose([*overrides, "prefetch.buffer_size=1"])) as loader:
+        batches = iter(loader)
+        head = [_ids(next(batches)) for _ in range(2)]
+        state = loader.state_dict()
+        batches.close()
+    with loaderfactory.build_loader(loaderfactory.compose([*overrides, "prefetch.buffer_size=4"])) as resumed:
+        resumed.load_state_dict(state)
+        assert head + [_ids(b) for b in resumed] == expected
+    with loaderfactory.build_loader(loaderfactory.compose([*overrides, "loader.batch_size=5"])) as other:
+        with pytest.raises(ResumeError, match=r"loader.batch_size: saved 4, now 5"):
+            other.load_state_dict(state)
