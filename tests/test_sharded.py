@@ -369,7 +369,8 @@ def test_a_killed_worker_raises_worker_error_within_seconds() -> None:
     os.kill(pids[1], signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(RuntimeError, match=rf"pid {pids[1]}\) was killed by signal SIGKILL") as info:
-        next(iterator)
+        for _ in range(3):  # a batch the worker finished before it was killed may still arrive
+            next(iterator)
     assert isinstance(info.value, WorkerError)
     assert time.monotonic() - started < 30
     assert gone(pids)

@@ -1,13 +1,13 @@
 """The in-memory part of :class:`~loaderfactory.components.queue.dataset.QueueDataset`.
 
-``QueueStore`` holds loaded items under a byte budget (and an optional item count), hands random
-samples to the consumer and takes new items from the filler. It is a plain thread-safe object:
+``QueueStore`` holds loaded items under a byte budget (and an optional item count), hands samples to
+the consumer (the least drawn held items first, see :mod:`~loaderfactory.components.queue.draws`)
+and takes new items from the filler. It is a plain thread-safe object:
 every wait blocks on one condition with a deadline, nothing polls.
 """
 
 from __future__ import annotations
 
-import random
 import threading
 import time
 import weakref
@@ -15,6 +15,7 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from loaderfactory.components.queue.draws import LeastDrawn
 from loaderfactory.errors import LimitError, StallError
 
 Mode = Literal["onsample", "always"]
@@ -33,6 +34,8 @@ class Entry:
     nbytes: int
     born: float
     """``time.monotonic()`` when it entered the queue."""
+    held: bool = False
+    """Whether it is in the queue now (set by :class:`LeastDrawn`)."""
 
 
 def megabytes(nbytes: float) -> str:
@@ -44,20 +47,25 @@ class QueueStore:
 
     In mode ``always`` a new item pushes out the oldest items until it fits. In mode ``onsample``
     a put whose item does not fit waits; each draw from a full queue lets the oldest item out,
-    and the next draw waits until a new item has taken its place.
+    and the next draw waits until a new item has taken its place. Either way a draw takes the held
+    items drawn least often so far, ties broken at random (``draws``).
 
     Args:
         budget: bytes the items may hold together.
         capacity: items held at most (``None``: only the budget limits the count).
         mode: ``"onsample"`` or ``"always"``.
+        draws: picks the items of each draw and counts them.
         owner: the component a :class:`LimitError` names (held weakly: the store never keeps it alive).
     """
 
-    def __init__(self, budget: int, capacity: int | None, mode: Mode, owner: object = None) -> None:
+    def __init__(
+        self, budget: int, capacity: int | None, mode: Mode, draws: LeastDrawn, owner: object = None
+    ) -> None:
         self._owner = None if owner is None else weakref.ref(owner)
         self.budget = budget
         self.capacity = capacity
         self.mode = mode
+        self.draws = draws
         self._entries: deque[Entry] = deque()
         self._bytes = 0
         self._cond = threading.Condition()
@@ -103,6 +111,7 @@ class QueueStore:
                 raise StoreClosed
             entry.born = time.monotonic()
             self._entries.append(entry)
+            self.draws.add(entry)
             self._bytes += entry.nbytes
             self.peak_bytes = max(self.peak_bytes, self._bytes)
             self.loads += 1
@@ -123,14 +132,13 @@ class QueueStore:
         with self._cond:
             self._closed = True
             self._entries.clear()
+            self.draws.clear()
             self._bytes = 0
             self._cond.notify_all()
 
     # -- consumer -----------------------------------------------------------------------------
-    def sample(
-        self, k: int, rng: random.Random, timeout: float | None, name: str
-    ) -> tuple[list[Entry], int, int]:
-        """Draw ``k`` entries uniformly at random; returns them, the item count and the bytes held.
+    def sample(self, k: int, timeout: float | None, name: str) -> tuple[list[Entry], int, int]:
+        """Draw ``k`` entries, the least drawn first; returns them, the item count and the bytes held.
 
         Draws without replacement when the queue holds at least ``k`` items. In mode ``onsample``
         a draw from a full queue lets the oldest item out afterwards.
@@ -153,14 +161,18 @@ class QueueStore:
             size = len(self._entries)
             # Without replacement while the queue holds a whole batch (a queue smaller than a batch
             # only happens with wait_fill below batch_size, or a budget of fewer items).
-            positions = rng.sample(range(size), k) if size >= k else rng.choices(range(size), k=k)
-            drawn = [self._entries[p] for p in positions]
+            drawn = self.draws.take(k, size)
             held, held_bytes = size, self._bytes
             if self.mode == "onsample" and self._full_now():
                 self._evict()
                 self._owed += 1
                 self._cond.notify_all()
             return drawn, held, held_bytes
+
+    def recount(self) -> None:
+        """Key the held items afresh after the draw counts were restored."""
+        with self._cond:
+            self.draws.rekey(list(self._entries))
 
     def wait_for(self, count: int | None, timeout: float | None) -> bool:
         """Wait until the queue holds ``count`` items (``None``: until it is full); ``False`` on timeout."""
@@ -205,6 +217,7 @@ class QueueStore:
 
     def _evict(self) -> None:
         oldest = self._entries.popleft()
+        self.draws.remove(oldest)
         self._bytes -= oldest.nbytes
         self.evictions += 1
 

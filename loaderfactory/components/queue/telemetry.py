@@ -21,6 +21,9 @@ class QueueTelemetry:
 
     def __init__(self, length: int, log_sampling: bool) -> None:
         self.counts = np.zeros(length, dtype=np.int64)
+        """Draws per dataset index. The store's :class:`~loaderfactory.components.queue.draws.LeastDrawn`
+        adds each draw to this very array (it draws the least drawn items first), so it is only
+        ever updated in place."""
         self.log_sampling = log_sampling
         self.draws = 0
         self.fill: list[int] = []
@@ -34,9 +37,8 @@ class QueueTelemetry:
         self._live: QueueStore | None = None
 
     def record_draw(self, entries: Sequence[Entry], held: int, held_bytes: int, now: float) -> None:
+        """A draw of ``entries`` (already added to :attr:`counts` by the store)."""
         self.draws += 1
-        for entry in entries:
-            self.counts[entry.index] += 1
         if self.log_sampling and len(self.fill) < MAX_SAMPLES:
             self.fill.append(held)
             self.fill_mb.append(held_bytes / 1e6)
@@ -63,7 +65,7 @@ class QueueTelemetry:
             raise ValueError(
                 f"sampling_counts has {counts.size} entries; this dataset has {self.counts.size} items"
             )
-        self.counts = counts
+        self.counts[...] = counts
         self.draws = int(state["draws"])
 
     def ratio(self) -> float | None:

@@ -14,12 +14,18 @@ Transforms = TransformRef | list[TransformRef] | None
 
 
 class QueueDatasetSpec(Spec):
-    """Draw batches at random from items held in RAM, refilled by background workers.
+    """Draw batches from items held in RAM, least drawn first, refilled by background workers.
 
-    Use it when loading an item is much slower than a training step. Costs ``num_workers``
-    threads or processes and up to ``ram_budget`` of memory (plus one item per worker in flight).
-    The ``loader`` slot then passes the queue's batches on without batching again.
+    Each draw takes the held items drawn least often so far, ties broken at random, so every item
+    is drawn about equally often. Use it when loading an item is much slower than a training step.
+    Costs ``num_workers`` threads or processes and up to ``ram_budget`` of memory (plus one item
+    per worker in flight). The ``loader`` slot then passes the queue's batches on without batching
+    again.
     """
+
+    speed_only = frozenset(
+        {"timeout", "wait_fill_timeout", "on_fill_timeout", "log_sampling", "multiprocessing_context"}
+    )
 
     kind: Literal["ram"] = "ram"
     epoch_size: PositiveInt = Field(1000, validation_alias=alias("epoch_size", "epoch_len"))
