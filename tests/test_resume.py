@@ -297,6 +297,7 @@ def test_composed_config_resumes_with_another_buffer_size() -> None:
     with loaderfactory.build_loader(loaderfactory.compose([*overrides, "prefetch.buffer_size=4"])) as resumed:
         resumed.load_state_dict(state)
         assert head + [_ids(b) for b in resumed] == expected
-    with loaderfactory.build_loader(loaderfactory.compose([*overrides, "loader.batch_size=5"])) as other:
-        with pytest.raises(ResumeError, match=r"loader.batch_size: saved 4, now 5"):
-            other.load_state_dict(state)
+    other = loaderfactory.compose([*overrides, "loader.batch_size=5"])
+    refused = pytest.raises(ResumeError, match=r"loader.batch_size: saved 4, now 5")
+    with loaderfactory.build_loader(other) as loader, refused:
+        loader.load_state_dict(state)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.mark.slow
 def test_torch_kind_splits_the_data_between_two_ranks(tmp_path: Path) -> None:
-    """Each rank of ``examples/train_ddp.py --loader torch_workers`` loads its own half, reshuffled per epoch."""
+    """Each rank of ``train_ddp.py --loader torch_workers`` loads its own half, reshuffled per epoch."""
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",

@@ -174,7 +174,7 @@ def test_what_cannot_be_iterated_twice_is_refused(dataset: Any, path: str, messa
 
 @pytest.mark.parametrize("source", ["iterable_dataset", "reiterable"])
 def test_slots_that_need_random_access_refuse_iterables(source: str) -> None:
-    """The queue and the sharded loader index their dataset: an iterable is a ConfigError, before any thread."""
+    """The queue and the sharded loader index their dataset: an iterable is a ConfigError, up front."""
     with pytest.raises(ConfigError, match="the queue loads items by index") as info:
         loaderfactory.build_loader({"queue": {"kind": "ram", "batch_size": 2}}, dataset=SOURCES[source]())
     assert info.value.paths == ["dataset"]

@@ -8,7 +8,8 @@ from typing import Any
 from torch.utils.data import default_collate
 
 from loaderfactory.components.data.collate import DictCollate
-from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec
+from loaderfactory.components.data.ring_collate import RingCollate
+from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec, RingCollateSpec
 
 
 def build_default_collate(spec: DefaultCollateSpec) -> Callable[[list[Any]], Any]:
@@ -19,3 +20,7 @@ def build_dict_collate(spec: DictCollateSpec) -> DictCollate:
     return DictCollate(
         spec.keys, spec.stack_tensors, spec.convert_numpy, spec.convert_numbers, spec.on_unstackable
     )
+
+
+def build_ring_collate(spec: RingCollateSpec) -> RingCollate:
+    return RingCollate(spec.ring_size, spec.keys, spec.pin_memory)

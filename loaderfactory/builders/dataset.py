@@ -23,7 +23,7 @@ def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildCo
 
 def build_tensor_folder(spec: TensorFolderSpec, upstream: None, context: BuildContext) -> TensorFolderDataset:
     # Built outside the `try`: a transform's own ConfigError is a ValueError too, and keeps its path.
-    preprocess = build_helper("transform", spec.preprocess)
+    preprocess = build_helper("transform", spec.preprocess, "dataset.preprocess")
     try:
         return TensorFolderDataset(
             spec.root, spec.pattern, spec.recursive, preprocess, array_key=spec.array_key

@@ -13,13 +13,14 @@ from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError
 
 
-def build_transforms(refs: Any) -> Callable[..., Any] | None:
-    """One transform from a spec, or a :class:`Compose` from a list of them."""
+def build_transforms(refs: Any, path: str) -> Callable[..., Any] | None:
+    """One transform from a spec, or a :class:`Compose` from a list of them; errors name ``path``."""
     if refs is None:
         return None
     if isinstance(refs, list):
-        return Compose([t for t in (build_helper("transform", ref) for ref in refs) if t is not None])
-    return build_helper("transform", refs)
+        built = (build_helper("transform", ref, f"{path}.{i}") for i, ref in enumerate(refs))
+        return Compose([t for t in built if t is not None])
+    return build_helper("transform", refs, path)
 
 
 def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext) -> QueueDataset:
@@ -27,10 +28,10 @@ def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext
         raise ConfigError(
             ConfigProblem("dataset", "the queue needs a dataset slot (or dataset= in build_loader)")
         )
-    sample_transforms = build_transforms(spec.sample_transforms)
-    batch_transforms = build_transforms(spec.batch_transforms)
-    preprocess = build_transforms(spec.preprocess)
-    collate = build_helper("collate", spec.collate)
+    sample_transforms = build_transforms(spec.sample_transforms, "queue.sample_transforms")
+    batch_transforms = build_transforms(spec.batch_transforms, "queue.batch_transforms")
+    preprocess = build_transforms(spec.preprocess, "queue.preprocess")
+    collate = build_helper("collate", spec.collate, "queue.collate")
     try:
         return QueueDataset(
             upstream,

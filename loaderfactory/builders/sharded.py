@@ -32,7 +32,7 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
     rank, world_size = resolve_distributed(spec.distributed)
     sampler = _build_sampler(spec.sampler, upstream, "loader.sampler")
     batch_sampler = _build_sampler(spec.batch_sampler, upstream, "loader.batch_sampler")
-    collate = build_helper("collate", spec.collate)
+    collate = build_helper("collate", spec.collate, "loader.collate")
     try:
         return ShardedDataLoader(
             upstream,

@@ -35,9 +35,14 @@ def as_dataset(source: Any) -> Dataset[Any]:
             "(a class with __iter__, or an IterableDataset)"
         )
     if not hasattr(source, "__iter__"):
+        hint = (
+            " (it is callable: a class rather than an instance, or a _target_ node with _partial_: true?)"
+            if callable(source)
+            else ""
+        )
         raise TypeError(
             f"a {type(source).__name__} is neither indexable (len and [i]) nor iterable; pass a list, "
-            "an array, a map-style Dataset or an IterableDataset"
+            f"an array, a map-style Dataset or an IterableDataset{hint}"
         )
     return IterableSource(source)
 

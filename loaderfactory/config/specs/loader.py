@@ -133,7 +133,10 @@ class TorchLoaderSpec(Spec):
             "needs worker processes, but num_workers is 0; set num_workers >= 1",
         )
         refuse_unless(
-            self.pin_memory, title, {"pin_memory_device": self.pin_memory_device}, "needs pin_memory: true;"
+            self.pin_memory,
+            title,
+            {"pin_memory_device": self.pin_memory_device},
+            "pins for a device, but pin_memory is false; set pin_memory: true",
         )
         return self
 
