@@ -159,7 +159,7 @@ def test_the_json_schema_accepts_every_shipped_preset_and_refuses_unknown_keys()
     from loaderfactory.config.schema import json_schema
 
     checker = jsonschema.Draft202012Validator(json_schema())
-    conf = Path(__file__).resolve().parent.parent / "conf"
+    conf = Path(__file__).resolve().parent.parent / "conf" / "loaderfactory"
     for group in ("queue", "loader", "stream", "prefetch"):
         for preset in sorted(p.stem for p in (conf / group).glob("*.yaml")):
             overrides = [f"{group}={preset}"] + (["dataset=volumes"] if group == "queue" else [])

@@ -36,13 +36,13 @@ def test_hydra_training_app_trains_on_loader_batches(tmp_path: Path) -> None:
 
 
 def test_hydra_training_app_takes_a_preset_override(tmp_path: Path) -> None:
-    """A preset of ours selected from the user's app command line (`loader@data.loader=...`) is used."""
+    """A preset of ours selected from the user's app command line (`loaderfactory/loader@data.loader=...`) is used."""
     out = run(
         [
             sys.executable,
             str(ROOT / "examples/train_hydra/train.py"),
             "steps=3",
-            "loader@data.loader=torch_workers",
+            "loaderfactory/loader@data.loader=torch_workers",
             "data.loader.batch_size=16",
             f"hydra.run.dir={tmp_path}/run",
         ],

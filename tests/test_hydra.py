@@ -25,7 +25,7 @@ from loaderfactory import (
 from loaderfactory.components.data.datasets import SyntheticDataset
 from loaderfactory.config import registry
 
-CONF = config_dir()
+CONF = config_dir() / "loaderfactory"
 PRESETS = sorted(
     (group.name, path.stem)
     for group in CONF.iterdir()
@@ -38,9 +38,11 @@ FILL_MANDATORY: dict[str, str] = {"dataset.root": "{tmp}"}
 SMALL = ["dataset.length=16", "loader.batch_size=4"]
 
 
-def test_config_dir_holds_the_root_config_and_slot_groups() -> None:
-    """The packaged config folder has ``config.yaml`` and a group per built-in slot."""
-    assert (CONF / "config.yaml").is_file()
+def test_config_dir_holds_only_our_namespace() -> None:
+    """The folder on Hydra's search path holds ``loaderfactory/`` only: the command's root config
+    (``cli.yaml``, no ``config.yaml`` another app could pick up) and a group per built-in slot."""
+    assert [p.name for p in config_dir().iterdir()] == ["loaderfactory"]
+    assert (CONF / "cli.yaml").is_file() and not (CONF / "config.yaml").exists()
     assert {"dataset", "loader", "prefetch"} <= {p.name for p in CONF.iterdir() if p.is_dir()}
 
 
@@ -175,9 +177,9 @@ def test_external_app_composes_our_groups(tmp_path: Path) -> None:
     """A user's Hydra app pulls our presets into its own tree through the search-path plugin."""
     (tmp_path / "app.yaml").write_text(
         "defaults:\n"
-        "  - /dataset@data.dataset: synthetic\n"
-        "  - /loader@data.loader: torch\n"
-        "  - /prefetch@data.prefetch: echo\n"
+        "  - /loaderfactory/dataset@data.dataset: synthetic\n"
+        "  - /loaderfactory/loader@data.loader: torch\n"
+        "  - /loaderfactory/prefetch@data.prefetch: echo\n"
         "  - _self_\n"
         "data:\n"
         "  dataset: {length: 12}\n"
@@ -188,3 +190,70 @@ def test_external_app_composes_our_groups(tmp_path: Path) -> None:
     with build_loader(cfg.data) as loader:
         assert loader["prefetch"].repeats == 2
         assert len(list(loader)) == len(loader) == 4
+
+
+UNRELATED_APP = """
+import sys
+import hydra
+from omegaconf import OmegaConf
+
+plugin, empty = sys.argv.pop(1), sys.argv.pop(1)
+if plugin == "without":  # stand-in for an environment without loaderfactory: an empty folder
+    import loaderfactory.hydra.compose as ours
+    ours.config_dir = lambda: ours.Path(empty)
+
+@hydra.main(config_path="conf", config_name=sys.argv.pop(1) or None, version_base="1.3")
+def main(cfg):
+    print(OmegaConf.to_yaml(cfg))
+
+main()
+"""
+
+
+def _run_unrelated_app(tmp_path: Path, plugin: str, config_name: str, *overrides: str) -> str:
+    import subprocess
+    import sys
+
+    empty = tmp_path / "empty"
+    empty.mkdir(exist_ok=True)
+    command = [sys.executable, "app.py", plugin, str(empty), config_name, *overrides, "hydra.run.dir=out"]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    # A "cannot find the primary config" error lists the search path: ours is a path in it, by design.
+    lines = (done.stdout + done.stderr).splitlines()
+    return "\n".join([f"exit {done.returncode}", *(n for n in lines if "provider=loaderfactory" not in n)])
+
+
+@pytest.mark.parametrize(
+    ("config_name", "overrides"),
+    [
+        ("", ()),
+        ("", ("dataset=mine",)),
+        ("", ("dataset=synthetic",)),
+        ("config", ()),
+        ("", ("loader=torch",)),
+    ],
+    ids=["empty", "own_group", "our_preset_name", "no_config_yaml", "our_group_name"],
+)
+def test_an_unrelated_app_behaves_as_without_loaderfactory(
+    tmp_path: Path, config_name: str, overrides: tuple[str, ...]
+) -> None:
+    """An app with its own ``dataset`` group and no ``config.yaml`` composes exactly as if we were absent:
+    ``dataset=synthetic`` is not found, no root config of ours is picked up."""
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "mine.yaml").write_text("name: mine\n")
+    (tmp_path / "app.py").write_text(UNRELATED_APP)
+    with_us = _run_unrelated_app(tmp_path, "with", config_name, *overrides)
+    assert with_us == _run_unrelated_app(tmp_path, "without", config_name, *overrides)
+    assert "loaderfactory" not in with_us
+
+
+def test_an_unrelated_apps_help_gains_only_our_namespace(tmp_path: Path) -> None:
+    """Its ``--help`` lists its own groups as before; ours appear only under ``loaderfactory/``."""
+    (tmp_path / "conf" / "dataset").mkdir(parents=True)
+    (tmp_path / "conf" / "dataset" / "mine.yaml").write_text("name: mine\n")
+    (tmp_path / "app.py").write_text(UNRELATED_APP)
+    with_us = _run_unrelated_app(tmp_path, "with", "", "--help").splitlines()
+    without = _run_unrelated_app(tmp_path, "without", "", "--help").splitlines()
+    added = [line for line in with_us if line not in without]
+    assert added and all(line.startswith("loaderfactory") for line in added)
+    assert "dataset: mine" in with_us

@@ -95,10 +95,10 @@ def test_queue_presets_compose_and_validate(preset: str) -> None:
 
 
 def test_base_preset_lists_every_field() -> None:
-    """conf/queue/ram.yaml names every field of the spec, so any ``queue.x=`` override works."""
+    """conf/loaderfactory/queue/ram.yaml names every field of the spec, so any ``queue.x=`` override works."""
     from omegaconf import OmegaConf
 
-    keys = set(OmegaConf.load(ROOT / "conf/queue/ram.yaml"))
+    keys = set(OmegaConf.load(ROOT / "conf/loaderfactory/queue/ram.yaml"))
     assert keys == set(QueueDatasetSpec.model_fields)
 
 

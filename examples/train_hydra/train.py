@@ -1,7 +1,7 @@
 """A minimal Hydra training app whose data loader comes from loaderfactory.
 
 python examples/train_hydra/train.py steps=50 data.prefetch.buffer_size=4
-python examples/train_hydra/train.py loader@data.loader=torch_workers
+python examples/train_hydra/train.py loaderfactory/loader@data.loader=torch_workers
 """
 
 from __future__ import annotations

@@ -1,4 +1,9 @@
-"""Hydra search-path plugin: makes loaderfactory's config groups composable from any Hydra app."""
+"""Hydra search-path plugin: makes loaderfactory's config groups composable from any Hydra app.
+
+It appends one folder whose only entry is ``loaderfactory/``: apps compose
+``/loaderfactory/loader@data.loader: torch`` and so on, and nothing is added to their own root
+configs or groups (a ``dataset`` group of theirs stays theirs).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +12,12 @@ from hydra.plugins.search_path_plugin import SearchPathPlugin
 
 
 class LoaderFactorySearchPathPlugin(SearchPathPlugin):
-    """Appends the packaged ``conf`` folder so ``/loader: torch`` and friends resolve in user apps."""
+    """Appends the packaged ``conf`` folder (``loaderfactory/<slot>/<preset>.yaml``)."""
 
     def manipulate_search_path(self, search_path: ConfigSearchPath) -> None:
-        from loaderfactory.hydra.compose import config_dir
+        from loaderfactory.hydra.compose import cli_config_dir, config_dir
 
+        ours = {f"file://{cli_config_dir()}", str(cli_config_dir())}
+        if any(element.path in ours for element in search_path.get_path()):
+            return  # the loaderfactory command itself: its groups are at its root already
         search_path.append(provider="loaderfactory", path=f"file://{config_dir()}")

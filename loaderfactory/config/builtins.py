@@ -5,7 +5,7 @@ Imported once by ``loaderfactory/__init__.py``; users add kinds with the same ``
 
 from __future__ import annotations
 
-from loaderfactory.builders.collate import build_default_collate, build_dict_collate
+from loaderfactory.builders.collate import build_default_collate, build_dict_collate, build_ring_collate
 from loaderfactory.builders.dataset import build_synthetic, build_target, build_tensor_folder
 from loaderfactory.builders.loader import build_torch_loader
 from loaderfactory.builders.prefetch import build_thread_buffer
@@ -22,7 +22,7 @@ from loaderfactory.builders.transforms import (
     build_to_dtype,
 )
 from loaderfactory.config.registry import register
-from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec
+from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec, RingCollateSpec
 from loaderfactory.config.specs.dataset import SyntheticDatasetSpec, TargetDatasetSpec, TensorFolderSpec
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.prefetch import ThreadBufferSpec
@@ -56,3 +56,4 @@ register("transform", "random_crop", RandomCropSpec, build_random_crop)
 register("transform", "to_dtype", ToDtypeSpec, build_to_dtype)
 register("collate", "default", DefaultCollateSpec, build_default_collate)
 register("collate", "dict", DictCollateSpec, build_dict_collate)
+register("collate", "ring", RingCollateSpec, build_ring_collate)

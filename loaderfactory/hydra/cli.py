@@ -25,7 +25,7 @@ from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.config.validation import validate
 from loaderfactory.errors import ConfigError
 from loaderfactory.factory import build_loader
-from loaderfactory.hydra.compose import config_dir
+from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
 from loaderfactory.loader import Loader
 from loaderfactory.report import format_report, plot_waits, write_report
 
@@ -128,5 +128,5 @@ def _batches(loader: Loader, limit: int | None, epochs: int) -> Any:
 
 def main() -> None:
     """Console entry point (``loaderfactory``)."""
-    app = hydra.main(config_path=str(config_dir()), config_name="config", version_base="1.3")(run_app)
+    app = hydra.main(config_path=str(cli_config_dir()), config_name=CLI_CONFIG, version_base="1.3")(run_app)
     app()

@@ -12,14 +12,20 @@ from omegaconf import DictConfig
 PACKAGE = Path(__file__).resolve().parent.parent
 
 
+NAMESPACE = "loaderfactory"
+"""The one folder our configs add to Hydra's search path: apps compose ``/loaderfactory/<slot>``."""
+CLI_CONFIG = "cli"
+"""The ``loaderfactory`` command's root config, ``<config_dir>/loaderfactory/cli.yaml``."""
+
+
 def config_dir() -> Path:
-    """The folder holding ``config.yaml`` and one subfolder per slot.
+    """The folder to put on Hydra's search path: it holds only ``loaderfactory/`` (one group per slot).
 
     In an installed wheel it is ``loaderfactory/conf``; in a source checkout (or an editable
     install) it is the repository's top-level ``conf/``.
     """
     for candidate in (PACKAGE / "conf", PACKAGE.parent / "conf"):
-        if (candidate / "config.yaml").is_file():
+        if (candidate / NAMESPACE / f"{CLI_CONFIG}.yaml").is_file():
             return candidate
     raise FileNotFoundError(
         f"loaderfactory's configs are missing (looked in {PACKAGE / 'conf'} and {PACKAGE.parent / 'conf'}); "
@@ -27,10 +33,15 @@ def config_dir() -> Path:
     )
 
 
-def compose(overrides: Sequence[str] = (), config_name: str = "config") -> DictConfig:
-    """Compose the packaged configs with command-line style ``overrides``, for scripts and notebooks.
+def cli_config_dir() -> Path:
+    """The command's own config folder: the slots' groups at its top, so ``loader=torch_workers`` works."""
+    return config_dir() / NAMESPACE
+
+
+def compose(overrides: Sequence[str] = (), config_name: str = CLI_CONFIG) -> DictConfig:
+    """Compose the command's config with command-line style ``overrides``, for scripts and notebooks.
 
     >>> cfg = compose(["prefetch.buffer_size=8", "~prefetch"])  # doctest: +SKIP
     """
-    with initialize_config_dir(config_dir=str(config_dir()), version_base="1.3"):
+    with initialize_config_dir(config_dir=str(cli_config_dir()), version_base="1.3"):
         return hydra_compose(config_name=config_name, overrides=list(overrides))

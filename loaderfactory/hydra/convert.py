@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import sys
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +18,10 @@ from loaderfactory.errors import ConfigError, ConfigProblem
 def to_plain(config: Any) -> Any:
     """Plain dicts and lists with interpolations resolved; ``???`` values fail loudly.
 
-    A ``str`` or ``Path`` is read as a YAML file. Dicts may hold OmegaConf interpolations too.
+    A ``str`` or ``Path`` is read as a YAML file. Dicts may hold OmegaConf interpolations too, and
+    numpy scalars (``np.int64(4)``, ``np.float32(0.5)``, ``np.bool_(True)``) count as the Python
+    value they hold, since YAML would write them the same; a value YAML cannot write (a set, a
+    tensor, an array, a function) is a :class:`ConfigError` naming its path and type.
     """
     if isinstance(config, str | os.PathLike):
         path = Path(config)
@@ -26,7 +32,14 @@ def to_plain(config: Any) -> Any:
         except Exception as err:
             raise ConfigError(f"{path}: not valid YAML: {err}") from err
     if isinstance(config, dict):
-        config = OmegaConf.create(config)
+        problems: list[ConfigProblem] = []
+        config = _yaml_values(config, "", problems)
+        if problems:
+            raise ConfigError(problems)
+        try:
+            config = OmegaConf.create(config)
+        except OmegaConfBaseException as err:  # what the walk lets through, e.g. a bad dataclass field
+            raise ConfigError(ConfigProblem(_key(err), str(err.msg).split("\n")[0])) from err
     if isinstance(config, DictConfig | ListConfig):
         try:
             missing = sorted(OmegaConf.missing_keys(config))
@@ -54,6 +67,46 @@ def node_path(config: Any) -> str:
     if isinstance(config, DictConfig | ListConfig) and config._get_parent() is not None:
         return str(config._get_full_key(None))
     return ""
+
+
+_LEAVES = (str, int, float, bool, bytes, type(None))
+"""The scalar types OmegaConf holds (exactly these, no subclasses), besides ``Path`` and ``Enum``."""
+
+
+def _yaml_values(value: Any, path: str, problems: list[ConfigProblem]) -> Any:
+    """``value`` with numpy scalars as Python scalars; a problem for each value YAML cannot write."""
+    if isinstance(value, dict):
+        return {key: _yaml_values(item, _join(path, key), problems) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return [_yaml_values(item, _join(path, i), problems) for i, item in enumerate(value)]
+    if type(value) in _LEAVES or isinstance(value, Path | Enum | DictConfig | ListConfig):
+        return value
+    if dataclasses.is_dataclass(value):  # a structured config: OmegaConf checks its fields
+        return value
+    numpy = sys.modules.get("numpy")  # a numpy value means numpy is imported: no import needed here
+    if numpy is not None and isinstance(value, numpy.bool_ | numpy.integer | numpy.floating | numpy.str_):
+        return value.item()
+    problems.append(ConfigProblem(path, f"a {_type_name(value)} is not a config value (YAML cannot write it); {_hint(value)}"))
+    return value
+
+
+def _join(path: str, key: object) -> str:
+    return f"{path}.{key}" if path else str(key)
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+
+
+def _hint(value: object) -> str:
+    if isinstance(value, set | frozenset):
+        return "write a list"
+    if hasattr(value, "tolist"):  # tensors and arrays
+        return "write its numbers as a list (value.tolist())"
+    if callable(value):
+        return "name it in a _target_ node: {_target_: my.module.function, _partial_: true}"
+    return "write numbers, strings, booleans, null, lists and mappings"
 
 
 def _key(err: OmegaConfBaseException) -> str:

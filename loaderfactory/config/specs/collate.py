@@ -33,3 +33,20 @@ class DictCollateSpec(Spec):
     """Turn Python numbers (not bools) into tensors first."""
     on_unstackable: Literal["warn", "error", "list"] = "warn"
     """Tensors of different shapes under one key: a list plus a warning, an error, or a list."""
+
+
+class RingCollateSpec(Spec):
+    """Collate like ``dict``, stacking tensors into a ring of reused buffers instead of new ones.
+
+    Several times faster on large items, but a batch stays valid only until ``ring_size`` more
+    batches are collated: for consumers that copy or consume each batch before drawing more
+    (moving it to the GPU); ``ring_size`` must also cover the batches read ahead after the collate.
+    """
+
+    kind: Literal["ring"] = "ring"
+    ring_size: int = Field(4, ge=2, strict=True)
+    """Buffer sets in the ring: a batch stays valid until this many more are collated."""
+    keys: list[str] | None = None
+    """Keep only these keys of dict items; ``null`` keeps all."""
+    pin_memory: bool = False
+    """Allocate the buffers in pinned memory; a no-op without an accelerator or in worker processes."""
