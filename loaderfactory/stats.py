@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import importlib
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -30,6 +32,69 @@ def peak_rss_mb() -> float:
         return float(getattr(info, "peak_wset", info.rss)) / 2**20  # Windows' peak working set
     peak = _resource.getrusage(_resource.RUSAGE_SELF).ru_maxrss
     return float(peak) / 2**20 if sys.platform == "darwin" else float(peak) / 2**10
+
+
+class PeakMemory:
+    """Peak resident memory of this process and its children while a ``with`` block runs, in MiB.
+
+    A thread samples the total every ``interval`` seconds; on Linux the kernel's own peak of this
+    process (``VmHWM``, reset on entry through ``/proc/self/clear_refs``) is taken too, so a short
+    spike between samples still counts. Unlike :func:`peak_rss_mb`, earlier work in the process
+    (another job of a sweep) does not count.
+    """
+
+    def __init__(self, interval: float = 0.02) -> None:
+        self.interval = interval
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._kernel_peak = False
+
+    def __enter__(self) -> PeakMemory:
+        self._kernel_peak = _reset_kernel_peak()
+        self._stop.clear()
+        self._sample()
+        self._thread = threading.Thread(target=self._run, name="loaderfactory-peak-memory", daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._sample()
+        if self._kernel_peak:
+            self.peak_mb = max(self.peak_mb, _kernel_peak_mb())
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            self._sample()
+
+    def _sample(self) -> None:
+        process = psutil.Process()
+        total = process.memory_info().rss
+        for child in process.children(recursive=True):
+            try:
+                total += child.memory_info().rss
+            except psutil.Error:  # a worker that just exited
+                continue
+        self.peak_mb = max(self.peak_mb, total / 2**20)
+
+
+def _reset_kernel_peak() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        return False
+    return True
+
+
+def _kernel_peak_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 2**10
+    return 0.0
 
 
 @dataclass

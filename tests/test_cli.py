@@ -130,3 +130,47 @@ def test_run_mode_with_a_bad_config_exits_2_without_a_traceback(tmp_path: Path) 
     assert result.returncode == 2, result.stderr
     assert "dataset.root: tensor_folder:" in result.stderr and "is not a folder" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_sweep_with_a_failed_job_exits_non_zero_with_a_summary(tmp_path: Path) -> None:
+    """``-m loader.batch_size=0,4``: job 0 fails, job 1 runs; the sweep exits 1 and lists both jobs."""
+    result = cli(tmp_path, "-m", *QUICK, "loader.batch_size=0,4", "run.batches=3")
+    assert result.returncode == 1, result.stderr
+    assert "loaderfactory: 2 jobs, 1 failed" in result.stderr
+    lines = result.stderr.splitlines()
+    (job0,) = [line for line in lines if line.startswith("  job 0: FAILED ")]
+    (job1,) = [line for line in lines if line.startswith("  job 1: ok ")]
+    assert "loader.batch_size=0 " in job0 and job0.endswith(": loader.batch_size: must be ≥ 1, got 0")
+    assert "loader.batch_size=4:" in job1 and "batches/s" in job1
+    assert json.loads((tmp_path / "sweep" / "1" / "report.json").read_text())["batches"] == 3
+
+
+def test_each_sweep_job_reports_its_own_peak_memory(tmp_path: Path) -> None:
+    """A small job after a big one reports its own peak, not the process's peak so far."""
+    big = "dataset.fields.image.shape=[3,256,256]"
+    result = cli(tmp_path, "-m", *QUICK, "loader.batch_size=128,2", big, "run.batches=2", "~prefetch")
+    assert result.returncode == 0, result.stderr
+    peaks = [
+        json.loads((tmp_path / "sweep" / str(n) / "report.json").read_text())["peak_rss_mb"] for n in (0, 1)
+    ]
+    assert peaks[0] > peaks[1] + 50, peaks  # a 96 MiB batch in job 0 only
+
+
+def test_the_report_goes_to_the_job_log(tmp_path: Path) -> None:
+    """Hydra's job log holds the report as well as the console."""
+    result = cli(tmp_path, *QUICK, "run.batches=2")
+    assert result.returncode == 0, result.stderr
+    logs = list((tmp_path / "run").glob("*.log"))
+    assert logs and "consumer wait per batch, p99" in logs[0].read_text()
+
+
+@pytest.mark.parametrize("args", [["run.mode=validate"], ["run.mode=schema"], ["--help"]], ids=str)
+def test_look_only_modes_import_no_torch_and_write_nothing(tmp_path: Path, args: list[str]) -> None:
+    """``validate``, ``schema`` and ``--help`` leave the folder as it was and never import torch."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    command = [sys.executable, "-X", "importtime", "-m", "loaderfactory", *args]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stderr[-2000:]
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines() if "|" in line}
+    assert "torch" not in imported
+    assert list(tmp_path.iterdir()) == []

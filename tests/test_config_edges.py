@@ -95,7 +95,8 @@ def test_an_item_over_the_queue_budget_names_the_queue_field() -> None:
 
 
 def test_a_sweep_goes_on_past_an_invalid_point(tmp_path: Path) -> None:
-    """`-m loader.batch_size=0,8` fails the first job with a report of its problems and runs the second."""
+    """`-m loader.batch_size=0,8` fails the first job with a report of its problems, runs the second,
+    and exits 1 because a job failed."""
     root = Path(__file__).resolve().parent.parent
     result = subprocess.run(
         [
@@ -115,7 +116,7 @@ def test_a_sweep_goes_on_past_an_invalid_point(tmp_path: Path) -> None:
         text=True,
         timeout=120,
     )
-    assert result.returncode == 0, result.stderr
+    assert result.returncode == 1, result.stderr
     failed = json.loads((tmp_path / "0" / "report.json").read_text())
     assert failed["problems"][0]["path"] == "loader.batch_size"
     assert json.loads((tmp_path / "1" / "report.json").read_text())["batches"] == 2

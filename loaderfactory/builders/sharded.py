@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import warnings
 from typing import Any
 
 from torch.utils.data import IterableDataset
@@ -34,7 +35,7 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
     batch_sampler = _build_sampler(spec.batch_sampler, upstream, "loader.batch_sampler")
     collate = build_helper("collate", spec.collate, "loader.collate")
     try:
-        return ShardedDataLoader(
+        loader = ShardedDataLoader(
             upstream,
             spec.batch_size,
             shuffle=spec.shuffle,
@@ -57,6 +58,13 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
         )
     except ValueError as err:
         raise ConfigError(ConfigProblem(_config_path(str(err)), str(err))) from err
+    empty = loader.planner.why_empty()
+    if empty is not None:
+        # A warning, not an error: the dataset's length is data, not config (a small validation
+        # split may be meant to be cut), and a training loop over zero steps would say nothing.
+        field, reason = empty
+        warnings.warn(f"loader.{field}: {reason}", UserWarning, stacklevel=2)
+    return loader
 
 
 def _config_path(message: str) -> str:

@@ -8,6 +8,7 @@ packages expose a callable under the entry-point group ``loaderfactory.plugins``
 from __future__ import annotations
 
 import difflib
+import importlib
 import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -39,6 +40,22 @@ class Entry:
 _tables: dict[Table, dict[str, Entry]] = {table: {} for table in TABLES}
 _plugins_loaded = False
 _builtins_loaded = False
+
+
+class lazy:  # reads as a function at the registration site
+    """A builder imported on its first call: ``lazy("my_package.builders", "build_thing")``."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+        self._builder: Builder | None = None
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if self._builder is None:
+            self._builder = getattr(importlib.import_module(self.module), self.name)
+        return self._builder(*args, **kwargs)
+
+    def __repr__(self) -> str:
+        return f"lazy({self.module}.{self.name})"
 
 
 def _load_builtins() -> None:

@@ -21,7 +21,9 @@ def validate(config: Any, *, require_dataset: bool = True) -> LoaderSpec:
 
     Args:
         config: a YAML path, dict, OmegaConf node or :class:`LoaderSpec`. Problems in a node taken
-            from a larger config (``cfg.data``) are reported with paths from that config's root.
+            from a larger config (``cfg.data``) are reported with paths from that config's root. A
+            dict holds what YAML can write; numpy scalars (``np.int64(4)``) count as their Python
+            value, and anything else (a set, a tensor, a function) is a problem at its path.
         require_dataset: refuse a config without a ``dataset`` slot (``build_loader`` turns this
             off when a dataset object is passed in).
     """
@@ -145,7 +147,7 @@ def _problem(error: ErrorDetails, loc: tuple[int | str, ...], data: dict[str, An
     if kind in ("bool_parsing", "bool_type"):
         return ConfigProblem(path, f"must be true or false, got {value!r}")
     if kind == "finite_number":
-        return ConfigProblem(path, f"must be a finite number (null means no limit), got {value!r}")
+        return ConfigProblem(path, f"must be a finite number, got {value!r}")
     if kind == "value_error":
         message = str(ctx.get("error", error["msg"]))
         if isinstance(value, dict) or repr(value) in message:  # the message shows the value already

@@ -1,42 +1,67 @@
 """The ``loaderfactory`` command: a Hydra app that builds a loader from config, runs it, reports.
 
 loaderfactory prefetch.buffer_size=4 run.batches=200
-loaderfactory -m prefetch.buffer_size=1,4,16
+loaderfactory -m prefetch.buffer_size=1,4,16          # one report per job, a summary, non-zero if any failed
 loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
 loaderfactory run.mode=schema > loaderfactory.schema.json
+
+``validate``, ``schema`` and ``--help`` import no torch and write no output folder.
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import logging
 import sys
 import time
+import traceback
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from loaderfactory.config.schema import json_schema
 from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.config.validation import validate
 from loaderfactory.errors import ConfigError
-from loaderfactory.factory import build_loader
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
-from loaderfactory.loader import Loader
-from loaderfactory.report import format_report, plot_waits, write_report
+
+if TYPE_CHECKING:
+    from loaderfactory.loader import Loader
+
+log = logging.getLogger("loaderfactory")
+
+_LIGHT_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve")
+_LIGHT_MODES = ("run.mode=validate", "run.mode=schema")
+_NO_OUTPUT = ("hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none")
+
+
+@dataclass(frozen=True)
+class Job:
+    """How one job of this process ended (a ``-m`` sweep runs several)."""
+
+    number: int
+    overrides: str
+    ok: bool
+    detail: str
+
+
+_jobs: list[Job] = []
 
 
 def run_app(cfg: DictConfig) -> dict[str, Any] | None:
     """The Hydra task: validate, then run or stop as ``run.mode`` says. Returns the report.
 
     A config mistake prints every problem and exits 2; in a ``-m`` sweep it fails that job only,
-    records the problems in the job's report, and the sweep goes on.
+    records the problems in the job's report, and the sweep goes on to a summary.
     """
     if cfg.get("run", {}).get("mode") == "schema":
+        from loaderfactory.config.schema import json_schema
+
         print(json.dumps(json_schema(), indent=2))
         return None
     try:
@@ -44,20 +69,36 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         if spec.run.mode == "validate":
             print(f"config OK: {_slots(spec)}")
             return None
-        loader = build_loader(spec)
-        with loader:
-            summary = consume(loader, spec)
+        summary = _run(spec)
     except ConfigError as err:
         _refuse(err)
         return None
+    except Exception as err:
+        if not _sweeping():
+            raise
+        log.error("job failed:\n%s", "".join(traceback.format_exception(err)))
+        _record(False, f"{type(err).__name__}: {err}")
+        return None
+    _record(True, f"{summary.get('batches_per_s')} batches/s, peak {summary.get('peak_rss_mb')} MiB")
+    return summary
+
+
+def _run(spec: LoaderSpec) -> dict[str, Any]:
+    from loaderfactory.factory import build_loader
+    from loaderfactory.report import format_report, write_report
+    from loaderfactory.stats import PeakMemory
+
     out_dir = Path(HydraConfig.get().runtime.output_dir)
+    with PeakMemory() as memory:
+        loader = build_loader(spec)
+        with loader:
+            summary = consume(loader, spec)
+    summary["peak_rss_mb"] = round(memory.peak_mb, 1)  # this job's own, workers included
     summary["config"] = spec.model_dump(mode="json", by_alias=True)
-    write_report(summary, out_dir / spec.run.report)
     if spec.run.plots:
         summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
-        write_report(summary, out_dir / spec.run.report)
-    print(format_report(summary))
-    print(f"report: {out_dir / spec.run.report}")
+    write_report(summary, out_dir / spec.run.report)
+    _say(f"{format_report(summary)}\nreport: {out_dir / spec.run.report}")
     return summary
 
 
@@ -66,19 +107,53 @@ def _slots(spec: LoaderSpec) -> str:
     return ", ".join(f"{s}={getattr(spec.slot(s), 'kind', 'custom')}" for s in present)
 
 
+def _sweeping() -> bool:
+    return HydraConfig.get().mode == RunMode.MULTIRUN
+
+
+def _record(ok: bool, detail: str) -> None:
+    hydra_cfg = HydraConfig.get()
+    overrides = " ".join(hydra_cfg.overrides.task) or "(no overrides)"
+    number = OmegaConf.select(hydra_cfg, "job.num", default=0, throw_on_missing=False)  # type: ignore[arg-type]  # a DictConfig at runtime; ??? in a single run
+    _jobs.append(Job(int(number or 0), overrides, ok, detail))
+
+
+def _say(text: str) -> None:
+    """To the job's log (Hydra's ``<job>.log``) and the console, once."""
+    log.info(text)
+    if not _logs_to_console():
+        print(text)
+
+
+def _logs_to_console() -> bool:
+    if not log.isEnabledFor(logging.INFO):
+        return False
+    logger: logging.Logger | None = log
+    while logger is not None:
+        for handler in logger.handlers:
+            stream = getattr(handler, "stream", None)
+            if stream in (sys.stdout, sys.stderr) and handler.level <= logging.INFO:
+                return True
+        logger = logger.parent if logger.propagate else None
+    return False
+
+
 def _refuse(err: ConfigError) -> None:
     print(f"loaderfactory: invalid config\n{err}", file=sys.stderr)
-    hydra_cfg = HydraConfig.get()
-    if hydra_cfg.mode != RunMode.MULTIRUN:
+    if not _sweeping():
         raise SystemExit(2) from None
+    from loaderfactory.report import write_report
+
     errors = [{"path": p.path, "message": p.message} for p in err.problems]
-    write_report(
-        {"error": "invalid config", "problems": errors}, Path(hydra_cfg.runtime.output_dir) / "report.json"
-    )
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    write_report({"error": "invalid config", "problems": errors}, out_dir / "report.json")
+    _record(False, "; ".join(str(p) for p in err.problems))
 
 
 def write_plots(loader: Loader, out_dir: Path) -> list[Path]:
     """The wait histogram, plus whatever each component draws with its ``plot_telemetry(out_dir)``."""
+    from loaderfactory.report import plot_waits
+
     paths = []
     if loader.stats.waits:
         paths.append(plot_waits(loader.stats.waits, out_dir / "wait_hist.png"))
@@ -126,7 +201,34 @@ def _batches(loader: Loader, limit: int | None, epochs: int) -> Any:
     return itertools.islice(endless(), limit)
 
 
+def light_overrides(argv: list[str]) -> list[str]:
+    """Overrides that keep a look-only invocation (``--help``, ``validate``, ``schema``) from writing
+    an output folder or a log file; none for a run or a sweep."""
+    if "-m" in argv or "--multirun" in argv:
+        return []
+    if not any(a in _LIGHT_FLAGS or a.split("=", 1)[0] in _LIGHT_FLAGS for a in argv) and not any(
+        a in _LIGHT_MODES for a in argv
+    ):
+        return []
+    found = list(_NO_OUTPUT)
+    if not any(a.startswith("hydra.run.dir=") for a in argv):
+        found.append("hydra.run.dir=.")  # the current folder: it exists, nothing is created
+    return found
+
+
+def summary_lines(jobs: list[Job]) -> list[str]:
+    """One line per job of a sweep: number, outcome, overrides, figures or the error."""
+    return [f"  job {j.number}: {'ok    ' if j.ok else 'FAILED'} {j.overrides}: {j.detail}" for j in jobs]
+
+
 def main() -> None:
     """Console entry point (``loaderfactory``)."""
+    sys.argv += light_overrides(sys.argv[1:])
     app = hydra.main(config_path=str(cli_config_dir()), config_name=CLI_CONFIG, version_base="1.3")(run_app)
     app()
+    if len(_jobs) > 1 or any(not job.ok for job in _jobs):
+        failed = sum(not job.ok for job in _jobs)
+        print(f"loaderfactory: {len(_jobs)} jobs, {failed} failed", file=sys.stderr)
+        print("\n".join(summary_lines(_jobs)), file=sys.stderr)
+        if failed:
+            raise SystemExit(1)

@@ -86,7 +86,8 @@ def _yaml_values(value: Any, path: str, problems: list[ConfigProblem]) -> Any:
     numpy = sys.modules.get("numpy")  # a numpy value means numpy is imported: no import needed here
     if numpy is not None and isinstance(value, numpy.bool_ | numpy.integer | numpy.floating | numpy.str_):
         return value.item()
-    problems.append(ConfigProblem(path, f"a {_type_name(value)} is not a config value (YAML cannot write it); {_hint(value)}"))
+    message = f"a {_type_name(value)} is not a config value (YAML cannot write it); {_hint(value)}"
+    problems.append(ConfigProblem(path, message))
     return value
 
 

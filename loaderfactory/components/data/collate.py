@@ -24,7 +24,7 @@ class DictCollate:
 
     Args:
         keys: keep only these keys (a list, or a predicate called with each key); ``None`` keeps all.
-            A listed key missing from an item is an error naming the item's keys.
+            A selected key missing from any item is a ``KeyError`` naming the item's index and keys.
         stack_tensors: stack tensors of equal shape; ``False`` gives lists of tensors.
         convert_numpy: turn numpy arrays into tensors (then stacked like tensors).
         convert_numbers: turn Python numbers (not bools' strings) into tensors.
@@ -56,9 +56,6 @@ class DictCollate:
             return list(item)
         if callable(self.keys):
             return [key for key in item if self.keys(key)]
-        missing = [key for key in self.keys if key not in item]
-        if missing:
-            raise KeyError(f"collate keys {missing} are not in the item; it has {sorted(item)}")
         return list(self.keys)
 
     def _convert(self, value: Any) -> Any:
@@ -80,10 +77,17 @@ class DictCollate:
         for item in items:
             if not isinstance(item, Mapping):
                 raise TypeError(f"DictCollate needs dict items, got {type(item).__name__}")
-        return {
-            key: self._merge(key, [self._convert(item[key]) for item in items])
-            for key in self._selected(items[0])
-        }
+        selected = self._selected(items[0])
+        for index, item in enumerate(items):
+            missing = [key for key in selected if key not in item]
+            if missing:
+                # Without the list filter the keys come from item 0: say so, it is why they are wanted.
+                source = "" if isinstance(self.keys, Sequence) else ", taken from item 0,"
+                raise KeyError(
+                    f"collate keys {missing}{source} are not in the item; it has {sorted(item, key=str)} "
+                    f"(item {index} of the {len(items)} collated)"
+                )
+        return {key: self._merge(key, [self._convert(item[key]) for item in items]) for key in selected}
 
     def _merge(self, key: str, values: list[Any]) -> Any:
         if not (self.stack_tensors and all(isinstance(v, torch.Tensor) for v in values)):

@@ -179,6 +179,37 @@ class ShardPlanner:
         assert self.batch_size is not None  # the loader checks this on construction
         return count_steps(mine, carry, self.batch_size, self.last_batch, self.num_shards)
 
+    def why_empty(self) -> tuple[str, str] | None:
+        """``(argument, reason)`` when this rank gets no step in an epoch although the data has some.
+
+        Told from sizes (an unsized sampler is never reported), for the builder to warn at the
+        argument's config path. ``rollover`` is not reported: it carries what it holds forward.
+        """
+        source = self.batch_sampler if self.batch_sampler is not None else self.sampler
+        if source is None:
+            total = self.length or 0
+        elif isinstance(source, Sized):
+            total = len(source)
+        else:
+            return None
+        unit = "steps" if self.batch_sampler is not None else "indices"
+        share = rank_size(total, self.rank, self.world_size, self.balance)
+        place = f"rank {self.rank} of {self.world_size}"
+        if total and not share:
+            return (
+                "balance",
+                f"{self.balance!r} leaves {place} no data: an epoch has {total} {unit}, fewer than the "
+                f"{self.world_size} ranks; use balance 'pad' (repeats a few) or fewer ranks",
+            )
+        step = (self.batch_size or 0) * self.num_shards  # batch_size is None with a batch_sampler only
+        if share and self.batch_sampler is None and self.last_batch == "discard" and share < step:
+            return (
+                "last_batch",
+                f"'discard' leaves {place} no batches: it gets {share} indices per epoch, fewer than one "
+                f"step of {step}; use last_batch 'keep' or 'rollover', or a smaller batch_size",
+            )
+        return None
+
     def _order(self, epoch: int) -> list[int]:
         if self.sampler is not None:
             _set_epoch(self.sampler, epoch)

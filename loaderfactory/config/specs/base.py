@@ -7,6 +7,7 @@ One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``rep
 
 from __future__ import annotations
 
+import math
 import re
 from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
@@ -18,7 +19,6 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
-    NonNegativeInt,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -33,10 +33,29 @@ Repeats = Count
 Seed = Annotated[int, Field(ge=0, le=2**63 - 1)]
 MAX_WAIT_S = 10**6
 """Longest finite wait (11.6 days); beyond it use ``null`` (wait forever), not a huge number."""
-Timeout = Annotated[float, Field(gt=0, le=MAX_WAIT_S, allow_inf_nan=False)] | None
+
+
+def _finite_seconds(value: Any) -> Any:
+    """``timeout: .inf`` means "forever", which is written ``null``; say so instead of "finite"."""
+    if isinstance(value, float) and not math.isfinite(value):
+        message = f"must be a finite number of seconds, got {value!r}; null waits forever"
+        raise PydanticCustomError(RULE, message)
+    return value
+
+
+Timeout = (
+    Annotated[float, Field(gt=0, le=MAX_WAIT_S, allow_inf_nan=False), BeforeValidator(_finite_seconds)] | None
+)
 """Seconds a stage may wait for the stage before it; ``None`` waits forever."""
 Milliseconds = Annotated[float, Field(ge=0, le=MAX_WAIT_S * 1000, allow_inf_nan=False)]
 """A finite, non-negative duration in milliseconds."""
+MAX_WORKERS = 1024
+"""Most background workers one stage may start. A fixed bound, not ``os.cpu_count()``: a config
+validated on a laptop must stay valid on the cluster node it is meant for."""
+NumWorkers = Annotated[int, Field(ge=0, le=MAX_WORKERS)]
+"""Threads or processes a stage starts; errors read "must be ≤ 1024, got 1000000000"."""
+Finite = Annotated[float, Field(allow_inf_nan=False)]
+"""A float that is neither ``.nan`` nor ``.inf`` (YAML can write both)."""
 
 
 def alias(*names: str) -> AliasChoices:
@@ -93,6 +112,11 @@ class Spec(BaseModel):
     """Fields that change speed or resources but never the batch sequence: a state saved under one
     value resumes under another (``Loader.load_state_dict`` compares every other field)."""
 
+    value_aliases: ClassVar[dict[str, str]] = {}
+    """Seeds' names whose value a kind's own ``before`` validator translates, each to the field it
+    sets (``thread_pool: true`` → ``worker_type: thread``); given with that field, refused like ``bs``
+    with ``batch_size``."""
+
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense
         when the slot before (a queue) already yields whole batches of ``batch_size`` items.
@@ -108,33 +132,25 @@ class Spec(BaseModel):
         """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess."""
         if not isinstance(data, dict):
             return data
-        problems = []
+        twice = [(name, field) for name, field in cls.value_aliases.items() if name in data and field in data]
         for field in cls.model_fields.values():
             choices = field.validation_alias
             if isinstance(choices, AliasChoices):
                 given = [c for c in choices.choices if isinstance(c, str) and c in data]
-                problems += [
-                    (other, f"names the same field as {given[0]!r}; give only one of them", data[other])
-                    for other in given[1:]
-                ]
+                twice += [(other, given[0]) for other in given[1:]]
+        problems = [
+            (name, f"names the same field as {first!r}; give only one of them", data[name])
+            for name, first in twice
+        ]
         if problems:
             raise broken_rules(cls.__name__, problems)
-        return data
-        for name, field in cls.model_fields.items():
-            choices = field.validation_alias
-            if isinstance(choices, AliasChoices):
-                given = [c for c in choices.choices if isinstance(c, str) and c in data]
-                if len(given) > 1:
-                    raise ValueError(
-                        f"{' and '.join(repr(g) for g in given)} name the same field {name!r}; give one"
-                    )
         return data
 
 
 class WorkersSpec(Spec):
     """Background workers: how many, and whether they are threads or processes."""
 
-    num_workers: NonNegativeInt = 0
+    num_workers: NumWorkers = 0
     worker_type: Literal["thread", "process"] = "process"
 
 

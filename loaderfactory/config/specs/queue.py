@@ -2,13 +2,26 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, PositiveFloat, PositiveInt, StrictBool, model_validator
+from pydantic import Field, PositiveInt, StrictBool, model_validator
 
-from loaderfactory.config.specs.base import BatchSize, RamBudget, Seed, Spec, Timeout, alias, broken_rules
+from loaderfactory.config.specs.base import (
+    MAX_WORKERS,
+    BatchSize,
+    Finite,
+    RamBudget,
+    Seed,
+    Spec,
+    Timeout,
+    alias,
+    broken_rules,
+)
 from loaderfactory.config.specs.refs import CollateRef, TransformRef
 
+MAX_ITEM_MB = 10**9
+"""Largest ``avg_item_size`` (1 PB): no budget holds such an item, and far larger sizes overflow the
+byte count (``1e308`` MB is ``inf`` bytes)."""
 Transforms = TransformRef | list[TransformRef] | None
 """One transform, or a list applied in order (a ``compose`` without the wrapper)."""
 
@@ -32,7 +45,7 @@ class QueueDatasetSpec(Spec):
     """Batches per epoch."""
     mode: Literal["onsample", "always"] = "onsample"
     """``onsample``: each draw lets one new item in; ``always``: workers refill as fast as they load."""
-    num_workers: PositiveInt = 1
+    num_workers: Annotated[int, Field(ge=1, le=MAX_WORKERS)] = 1
     """Loading workers that fill the queue."""
     worker_type: Literal["thread", "process"] = "thread"
     """``thread`` suits loading that releases the GIL (I/O, C decoding); ``process`` uses shared memory."""
@@ -40,7 +53,7 @@ class QueueDatasetSpec(Spec):
     """Most items held; ``null``: from the budget and ``avg_item_size`` (at most the dataset's length)."""
     ram_budget: RamBudget = Field(0.5, validation_alias=alias("ram_budget", "ram_use"))
     """Memory the held items may use; the seed's ``ram_use`` > 1 means MB."""
-    avg_item_size: PositiveFloat | None = None
+    avg_item_size: Annotated[Finite, Field(gt=0, le=MAX_ITEM_MB)] | None = None
     """An item's size in MB; ``null`` measures items as they load."""
     wait_fill: StrictBool | PositiveInt = True
     """``true``: wait for a full queue before the first draw; an int: for that many items."""

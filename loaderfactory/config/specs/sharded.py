@@ -17,6 +17,7 @@ from loaderfactory.config.specs.base import (
     RULE,
     BatchSize,
     Count,
+    NumWorkers,
     Seed,
     Spec,
     Timeout,
@@ -63,7 +64,7 @@ Distributed = Annotated[Literal["auto", "off"] | DistributedSpec, WrapValidator(
 
 class ShardedLoaderSpec(WorkersSpec):
     """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
-    The seed's ``thread_pool: true/false`` is accepted for ``worker_type: thread/process``.
+    The seed's ``thread_pool: true/false`` is accepted for ``worker_type: thread/process`` (not both).
 
     Costs ``num_workers`` processes (or threads) and ``prefetch`` steps in flight (default 2 per
     worker). ``distributed: auto`` reads ``torch.distributed`` or torchrun's environment once,
@@ -86,9 +87,11 @@ class ShardedLoaderSpec(WorkersSpec):
         }
     )
 
+    value_aliases = {"thread_pool": "worker_type"}
+
     kind: Literal["sharded"] = "sharded"
     # WorkersSpec's fields again, unchanged, to document them for this kind
-    num_workers: NonNegativeInt = 0
+    num_workers: NumWorkers = 0
     """Background workers; 0 loads in the consumer's thread."""
     worker_type: Literal["thread", "process"] = "process"
     """``process``: forked, shared-memory batches; ``thread``: shares the dataset (``thread_pool: true``)."""
@@ -136,17 +139,19 @@ class ShardedLoaderSpec(WorkersSpec):
     @model_validator(mode="before")
     @classmethod
     def _thread_pool_alias(cls, data: Any) -> Any:
-        """The seed's ``thread_pool: true`` means ``worker_type: thread``."""
-        if not isinstance(data, dict) or "thread_pool" not in data:
+        """The seed's ``thread_pool: true`` means ``worker_type: thread``.
+
+        Given with ``worker_type`` (the ``sharded`` preset lists it: drop it with
+        ``~loader.worker_type``), it is left for ``_one_name_per_field`` to refuse like any alias pair.
+        """
+        if not isinstance(data, dict) or "thread_pool" not in data or "worker_type" in data:
             return data
         data = dict(data)
         thread_pool = data.pop("thread_pool")
         if not isinstance(thread_pool, bool):
-            raise ValueError(f"thread_pool must be true or false, got {thread_pool!r}")
-        # worker_type's default is 'process' (and the base preset lists it), so only an explicit
-        # 'thread' contradicts thread_pool: false.
-        if data.get("worker_type") == "thread" and not thread_pool:
-            raise ValueError("worker_type: thread and thread_pool: false contradict each other; give one")
+            raise broken_rules(
+                cls.__name__, [("thread_pool", f"must be true or false, got {thread_pool!r}", thread_pool)]
+            )
         data["worker_type"] = "thread" if thread_pool else "process"
         return data
 

@@ -1,20 +1,23 @@
 """Specs of the built-in transforms (:mod:`loaderfactory.components.data.transforms`).
 
 Every transform takes ``apply_on`` (keys; ``null``: every tensor it can handle); random ones take a
-probability ``p``. Dims count from the end, so one spec works per sample and per batch.
+probability ``p``. Dims count from the end, so one spec works per sample and per batch. Every number
+is finite: YAML's ``.nan`` or ``.inf`` would turn each tensor they touch into NaNs.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import Field, NonNegativeFloat, PositiveFloat, PositiveInt, field_validator
+from pydantic import Field, PositiveInt, field_validator
 
-from loaderfactory.config.specs.base import Spec, alias
+from loaderfactory.config.specs.base import Finite, Spec, alias
 from loaderfactory.config.specs.dataset import DType
 from loaderfactory.config.specs.refs import TransformRef
 
-Probability = Annotated[float, Field(ge=0.0, le=1.0)]
+Probability = Annotated[Finite, Field(ge=0.0, le=1.0)]
+NonNegative = Annotated[Finite, Field(ge=0.0)]
+Positive = Annotated[Finite, Field(gt=0.0)]
 
 
 def _spatial_dims(dims: list[int]) -> list[int]:
@@ -75,9 +78,9 @@ class GaussianNoiseSpec(Spec):
     """Add ``N(mean, std²)`` noise to float tensors, with probability ``p``."""
 
     kind: Literal["gaussian_noise"] = "gaussian_noise"
-    std: NonNegativeFloat = Field(0.01, validation_alias=alias("std", "std_deviation"))
+    std: NonNegative = Field(0.01, validation_alias=alias("std", "std_deviation"))
     """Standard deviation of the noise."""
-    mean: float = 0.0
+    mean: Finite = 0.0
     """Mean of the noise."""
     apply_on: list[str] | None = None
     """Keys to transform; ``null``: every float tensor."""
@@ -92,13 +95,13 @@ class NormalizeSpec(Spec):
     """
 
     kind: Literal["normalize"] = "normalize"
-    mean: float | list[float] | None = None
+    mean: Finite | list[Finite] | None = None
     """Subtracted: one value, one per channel, or ``null`` for each tensor's own mean."""
-    std: PositiveFloat | list[PositiveFloat] | None = None
+    std: Positive | list[Positive] | None = None
     """Divided by (plus ``eps``): one value, one per channel, or ``null`` for the tensor's own."""
     channel_dim: int = 0
     """Dim the per-channel lists run along (0 for samples, 1 in batch transforms)."""
-    eps: PositiveFloat = 1e-8
+    eps: Positive = 1e-8
     """Added to the std so a constant tensor does not divide by zero."""
     apply_on: list[str] | None = None
     """Keys to transform; ``null``: every float tensor."""
