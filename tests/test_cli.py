@@ -141,7 +141,7 @@ def test_a_sweep_with_a_failed_job_exits_non_zero_with_a_summary(tmp_path: Path)
     (job0,) = [line for line in lines if line.startswith("  job 0: FAILED ")]
     (job1,) = [line for line in lines if line.startswith("  job 1: ok ")]
     assert "loader.batch_size=0 " in job0 and job0.endswith(": loader.batch_size: must be ≥ 1, got 0")
-    assert "loader.batch_size=4:" in job1 and "batches/s" in job1
+    assert "loader.batch_size=4 " in job1 and job1.endswith(" MiB") and "batches/s" in job1
     assert json.loads((tmp_path / "sweep" / "1" / "report.json").read_text())["batches"] == 3
 
 
