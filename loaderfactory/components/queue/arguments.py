@@ -87,8 +87,14 @@ def item_bytes(avg_item_size: float | torch.Tensor | Mapping[str, Any] | None) -
         if size <= 0:
             raise ValueError("avg_item_size: the example item holds no tensors to measure")
         return size
-    if isinstance(avg_item_size, bool) or not isinstance(avg_item_size, int | float) or avg_item_size <= 0:
-        raise ValueError(f"avg_item_size must be a size in MB > 0 or an example item, got {avg_item_size!r}")
+    if (
+        isinstance(avg_item_size, bool)
+        or not isinstance(avg_item_size, int | float)
+        or not 0 < avg_item_size < float("inf")
+    ):
+        raise ValueError(
+            f"avg_item_size must be a finite size in MB > 0 or an example item, got {avg_item_size!r}"
+        )
     return max(1, int(avg_item_size * MB))
 
 

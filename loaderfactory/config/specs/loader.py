@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, NonNegativeInt, model_validator
+from pydantic import Field, model_validator
 
 from loaderfactory.config.specs.base import (
     BatchSize,
     Count,
+    NumWorkers,
     Seed,
     Spec,
     Timeout,
@@ -54,7 +55,7 @@ class TorchLoaderSpec(Spec):
     """{_target_: ...} yielding lists of indices; excludes batch_size (null), shuffle, sampler, drop_last."""
     drop_last: bool = False
     """Drop the last incomplete batch."""
-    num_workers: NonNegativeInt = 0
+    num_workers: NumWorkers = 0
     """Worker processes; 0 loads in the main process."""
     prefetch_factor: Count | None = None
     """Batches each worker loads ahead; needs workers."""

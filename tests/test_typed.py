@@ -1,0 +1,67 @@
+"""Users' type checkers see loaderfactory's annotations: the package ships ``py.typed``."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+USER_SCRIPT = """
+import loaderfactory
+from loaderfactory import Loader, build_loader
+
+loader: Loader = build_loader({"dataset": {"kind": "synthetic"}})
+state: dict[str, object] = loader.state_dict()
+batches: int = len(loader)
+"""
+
+
+@pytest.mark.slow
+def test_mypy_checks_a_user_script_against_the_package(tmp_path: Path) -> None:
+    """A correct script passes ``mypy --strict``; a wrong type is caught, so nothing is ``Any``."""
+    good = tmp_path / "good.py"
+    good.write_text(USER_SCRIPT)
+    bad = tmp_path / "bad.py"
+    bad.write_text(USER_SCRIPT + "wrong: str = loaderfactory.build_loader({})\n")
+    command = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--strict",
+        "--no-incremental",
+        "--cache-dir",
+        str(tmp_path / "c"),
+    ]
+    passed = subprocess.run([*command, str(good)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert passed.returncode == 0, passed.stdout
+    failed = subprocess.run([*command, str(bad)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert failed.returncode == 1
+    assert 'Incompatible types in assignment (expression has type "Loader", variable has type "str")' in (
+        failed.stdout
+    )
+
+
+@pytest.mark.slow
+def test_the_wheel_ships_py_typed_and_the_configs(tmp_path: Path) -> None:
+    """The built wheel holds the ``py.typed`` marker and the namespaced configs."""
+    command = [
+        sys.executable,
+        "-m",
+        "build",
+        "--wheel",
+        "--no-isolation",
+        "--outdir",
+        str(tmp_path),
+        str(ROOT),
+    ]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    (wheel,) = tmp_path.glob("loaderfactory-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    assert "loaderfactory/py.typed" in names
+    assert "loaderfactory/conf/loaderfactory/cli.yaml" in names
+    assert "loaderfactory/conf/loaderfactory/loader/torch.yaml" in names
