@@ -17,6 +17,7 @@ _ROWS = (
     ("wait_p50_ms", "consumer wait per batch, p50", "ms"),
     ("wait_p99_ms", "consumer wait per batch, p99", "ms"),
     ("peak_rss_mb", "peak memory (RSS)", "MiB"),
+    ("peak_growth_mb", "memory the loader added at peak", "MiB"),
 )
 
 

@@ -46,6 +46,7 @@ class PeakMemory:
     def __init__(self, interval: float = 0.02) -> None:
         self.interval = interval
         self.peak_mb = 0.0
+        self.baseline_mb = 0.0
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._kernel_peak = False
@@ -54,6 +55,7 @@ class PeakMemory:
         self._kernel_peak = _reset_kernel_peak()
         self._stop.clear()
         self._sample()
+        self.baseline_mb = self.peak_mb
         self._thread = threading.Thread(target=self._run, name="loaderfactory-peak-memory", daemon=True)
         self._thread.start()
         return self
@@ -66,6 +68,11 @@ class PeakMemory:
         self._sample()
         if self._kernel_peak:
             self.peak_mb = max(self.peak_mb, _kernel_peak_mb())
+
+    @property
+    def growth_mb(self) -> float:
+        """How far the peak rose above the memory held when the block began."""
+        return max(0.0, self.peak_mb - self.baseline_mb)
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval):

@@ -74,14 +74,13 @@ def installed_plugin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_plugin_kinds_are_selected_from_yaml_by_name(installed_plugin: Path, tmp_path: Path) -> None:
-    """With the plugin installed, `dataset=sine` resolves `kind: sine_waves` through the entry point."""
+    """With the plugin installed, `dataset=sine` (its preset, found through the `loaderfactory.configs`
+    entry point, no `--config-dir`) resolves `kind: sine_waves` through the `loaderfactory.plugins` one."""
     out = run(
         [
             sys.executable,
             "-m",
             "loaderfactory",
-            "--config-dir",
-            str(ROOT / "examples/plugin/conf"),
             "dataset=sine",
             "loader.batch_size=8",
             "run.batches=10",
@@ -103,8 +102,6 @@ def test_plugin_fields_are_validated_like_builtins(installed_plugin: Path, tmp_p
             sys.executable,
             "-m",
             "loaderfactory",
-            "--config-dir",
-            str(ROOT / "examples/plugin/conf"),
             "dataset=sine",
             "dataset.buckets=0",
             "run.mode=validate",
@@ -118,6 +115,18 @@ def test_plugin_fields_are_validated_like_builtins(installed_plugin: Path, tmp_p
     )
     assert result.returncode == 2
     assert "dataset.buckets: must be ≥ 1, got 0" in result.stderr
+
+
+def test_plugin_help_lists_its_preset_and_kinds(installed_plugin: Path, tmp_path: Path) -> None:
+    """`loaderfactory --help` shows the installed plugin's preset and, under Kinds, its two kinds."""
+    out = run(
+        [sys.executable, "-m", "loaderfactory", "--help"],
+        cwd=tmp_path,
+        env={"PYTHONPATH": os.pathsep.join([str(installed_plugin), str(ROOT)])},
+    )
+    presets, kinds = out.split("== Kinds", 1)
+    assert "dataset: sine, " in presets
+    assert "sine_waves (loaderfactory_sine)" in kinds and "scale (loaderfactory_sine)" in kinds
 
 
 def test_thread_buffer_benchmark_prints_its_table(tmp_path: Path) -> None:

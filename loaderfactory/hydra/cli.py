@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("loaderfactory")
 
 _LIGHT_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve")
-_LIGHT_MODES = ("run.mode=validate", "run.mode=schema")
+_LIGHT_MODES = ("run.mode=validate", "run.mode=plan", "run.mode=schema")
 _NO_OUTPUT = ("hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none")
 
 
@@ -69,6 +69,9 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         if spec.run.mode == "validate":
             print(f"config OK: {_slots(spec)}")
             return None
+        if spec.run.mode == "plan":
+            _plan(spec)
+            return None
         summary = _run(spec)
     except ConfigError as err:
         _refuse(err)
@@ -94,12 +97,22 @@ def _run(spec: LoaderSpec) -> dict[str, Any]:
         with loader:
             summary = consume(loader, spec)
     summary["peak_rss_mb"] = round(memory.peak_mb, 1)  # this job's own, workers included
+    summary["peak_growth_mb"] = round(memory.growth_mb, 1)  # what building and running added
     summary["config"] = spec.model_dump(mode="json", by_alias=True)
     if spec.run.plots:
         summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
     write_report(summary, out_dir / spec.run.report)
     _say(f"{format_report(summary)}\nreport: {out_dir / spec.run.report}")
     return summary
+
+
+def _plan(spec: LoaderSpec) -> None:
+    """Build (which starts nothing), print what would run and hold, release."""
+    from loaderfactory.factory import build_loader
+    from loaderfactory.plan import format_plan, make_plan
+
+    with build_loader(spec) as loader:
+        _say(f"config OK: {_slots(spec)}\n{format_plan(make_plan(loader))}")
 
 
 def _slots(spec: LoaderSpec) -> str:
@@ -224,6 +237,8 @@ def summary_lines(jobs: list[Job]) -> list[str]:
 def main() -> None:
     """Console entry point (``loaderfactory``)."""
     sys.argv += light_overrides(sys.argv[1:])
+    _check_plugin_configs()
+    OmegaConf.register_new_resolver(KINDS_RESOLVER, kinds_help, replace=True)  # --help's Kinds section
     app = hydra.main(config_path=str(cli_config_dir()), config_name=CLI_CONFIG, version_base="1.3")(run_app)
     app()
     if len(_jobs) > 1 or any(not job.ok for job in _jobs):
@@ -232,3 +247,63 @@ def main() -> None:
         print("\n".join(summary_lines(_jobs)), file=sys.stderr)
         if failed:
             raise SystemExit(1)
+
+
+def _check_plugin_configs() -> None:
+    """A plugin's broken ``loaderfactory.configs`` entry point: one line naming it, exit 1, rather than
+    a traceback from inside Hydra's search-path plugin."""
+    from loaderfactory.hydra.compose import plugin_config_dirs
+
+    try:
+        plugin_config_dirs()
+    except (FileNotFoundError, ValueError) as err:
+        print(err, file=sys.stderr)  # "loaderfactory plugin 'name' (entry point ...): ..."
+        raise SystemExit(1) from None
+
+
+KINDS_RESOLVER = "loaderfactory.kinds"
+"""The resolver ``${loaderfactory.kinds:}`` in ``hydra/help/loaderfactory.yaml``: :func:`kinds_help`."""
+_HELP_WIDTH = 100
+
+
+def kinds_help() -> str:
+    """The Kinds section of ``--help``: every registered kind of each table, one line (or more) per table.
+
+    Loads the plugins, which imports them: a plugin's kinds show with its package,
+    ``sine_waves (loaderfactory_sine)``. A plugin that fails to load is named at the end of the
+    section rather than taking the whole help page down.
+    """
+    from loaderfactory.config import registry
+
+    problem = ""
+    try:
+        registry.load_plugins()
+    except ImportError as err:  # plugins after the broken one are not loaded either
+        problem = f"\n(some plugins' kinds are missing: {err})"
+    head = max(len(table) for table in registry.TABLES) + 2
+    lines = []
+    for table in registry.TABLES:
+        known = registry.available(table)
+        items = [_kind_label(kind, registry.lookup(table, kind).spec) for kind in known if kind[0] != "_"]
+        if "_target_" in known:
+            items.append("or a _target_")
+        lines.extend(_wrap_items(f"{table}:".ljust(head), items or ["(none)"]))
+    return ("\n".join(lines) + problem).replace("$", "$$")  # Hydra fills the template with string.Template
+
+
+def _kind_label(kind: str, spec: type) -> str:
+    package = spec.__module__.split(".")[0]
+    return kind if package == "loaderfactory" else f"{kind} ({package})"
+
+
+def _wrap_items(head: str, items: list[str]) -> list[str]:
+    """``head`` then the items, comma-separated, broken between items at :data:`_HELP_WIDTH`."""
+    lines, on_line = [head[:-1]], 0  # each item brings its leading space
+    for number, item in enumerate(items, 1):
+        piece = item if number == len(items) else f"{item},"
+        if on_line and len(lines[-1]) + 1 + len(piece) > _HELP_WIDTH:
+            lines.append(" " * (len(head) - 1))
+            on_line = 0
+        lines[-1] += f" {piece}"
+        on_line += 1
+    return lines

@@ -17,8 +17,8 @@ HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
 class RunSpec(Spec):
     """What the ``loaderfactory`` command does with the loader it built."""
 
-    mode: Literal["run", "validate", "schema"] = "run"
-    """`run` draws batches and reports; `validate` checks and exits; `schema` prints the JSON Schema."""
+    mode: Literal["run", "validate", "plan", "schema"] = "run"
+    """`run` draws and reports; `validate` checks; `plan` prints what would run and hold; `schema`."""
     batches: Count | None = None
     """Batches to draw, across epochs; null runs `epochs` full epochs."""
     epochs: Count = 1

@@ -1,7 +1,8 @@
 """An example loaderfactory plugin: the ``sine_waves`` dataset and the ``scale`` transform.
 
 Installed, it registers both through the ``loaderfactory.plugins`` entry point; YAML then selects
-them by name like any built-in (see ``conf/dataset/sine.yaml`` beside this package).
+them by name like any built-in. Its preset ``conf/loaderfactory/dataset/sine.yaml`` (in this
+package) reaches Hydra through the ``loaderfactory.configs`` entry point.
 """
 
 from __future__ import annotations

@@ -1,0 +1,143 @@
+"""``run.mode=plan``: what a loader will run and the memory it will hold, before anything starts.
+
+Building a :class:`~loaderfactory.loader.Loader` starts no thread or process (they start on the
+first ``iter()``), so the plan reads the built components: their worker counts, buffer sizes and
+``len()``. Bytes come from one item loaded from the dataset, times the batch size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from loaderfactory.components.data.batch_utils import batch_nbytes
+from loaderfactory.components.data.sources import is_map_style
+from loaderfactory.loader import Loader
+
+
+@dataclass(frozen=True)
+class SlotPlan:
+    """One slot: what runs for it and the most data it holds at once."""
+
+    slot: str
+    kind: str
+    runs: str
+    holds_bytes: int
+    holds: str
+
+
+@dataclass
+class Plan:
+    """The whole pipeline's plan; :attr:`total_bytes` is the data it holds at most."""
+
+    slots: list[SlotPlan] = field(default_factory=list)
+    batches_per_epoch: int | None = None
+    rank: int = 0
+    world_size: int = 1
+    item_bytes: int | None = None
+    batch_bytes: int | None = None
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(s.holds_bytes for s in self.slots)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "batches_per_epoch": self.batches_per_epoch,
+            "rank": self.rank,
+            "world_size": self.world_size,
+            "item_bytes": self.item_bytes,
+            "batch_bytes": self.batch_bytes,
+            "total_bytes": self.total_bytes,
+            "slots": [s.__dict__ for s in self.slots],
+        }
+
+
+def make_plan(loader: Loader) -> Plan:
+    """The plan of a built, not yet iterated ``loader``."""
+    dataset = loader.dataset
+    item = _first_item(dataset)
+    item_bytes = batch_nbytes(item) if item is not None else None
+    plan = Plan(item_bytes=item_bytes)
+    try:
+        plan.batches_per_epoch = len(loader)
+    except TypeError:  # an unsized iterable: as many batches as it yields
+        plan.batches_per_epoch = None
+    per_batch = _items_per_batch(loader)
+    plan.batch_bytes = item_bytes * per_batch if item_bytes is not None else None
+    batch = plan.batch_bytes or 0
+    for slot, component in loader.components.items():
+        plan.slots.append(_slot_plan(slot, component, item_bytes or 0, batch, plan))
+    plan.slots.append(SlotPlan("consumer", "your loop", "your thread", batch, "the batch in hand"))
+    return plan
+
+
+def _first_item(dataset: Any) -> Any:
+    if dataset is None or not is_map_style(dataset) or len(dataset) == 0:
+        return None
+    return dataset[0]
+
+
+def _items_per_batch(loader: Loader) -> int:
+    queue = loader.components.get("queue")
+    if queue is not None:
+        return int(getattr(queue, "batch_size", 1))
+    batcher = loader.components.get("loader")
+    size = getattr(batcher, "items_per_batch", None) or getattr(batcher, "batch_size", None) or 1
+    return int(size) * int(getattr(batcher, "num_shards", 1) or 1)
+
+
+def _slot_plan(slot: str, component: Any, item: int, batch: int, plan: Plan) -> SlotPlan:
+    kind = type(component).__name__
+    workers = int(getattr(component, "num_workers", 0) or 0)
+    worker_type = getattr(component, "worker_type", "process")
+    if slot == "dataset":
+        return SlotPlan(slot, kind, "read by the next slot", 0, "items are loaded on demand")
+    if kind == "QueueDataset":
+        held = min(component.capacity * item, component.budget) if item else component.budget
+        flight = workers * item
+        return SlotPlan(
+            slot,
+            kind,
+            f"{workers} {worker_type} worker(s) and 1 filler thread",
+            held + flight,
+            f"{component.capacity} items (budget {component.budget} B) + {workers} in flight",
+        )
+    if kind in ("ResumableDataLoader", "ShardedDataLoader"):
+        plan.rank = int(getattr(component, "rank", 0))
+        plan.world_size = int(getattr(component, "world_size", 1))
+        if workers == 0:  # collating holds a batch's items and the stacked batch at once
+            return SlotPlan(slot, kind, "the thread that reads it", 2 * batch, "a batch being collated")
+        depth = getattr(component, "prefetch_factor", None) or 2
+        ahead = workers * depth if kind == "ResumableDataLoader" else int(component.prefetch)
+        runs = f"{workers} {'process' if kind == 'ResumableDataLoader' else worker_type} worker(s)"
+        return SlotPlan(slot, kind, runs, ahead * batch, f"{ahead} batches in flight")
+    buffered = int(getattr(component, "buffer_size", 0) or 0)
+    if kind == "StreamWrapper":
+        runs = "1 producer thread" if buffered else "the consumer's thread"
+        return SlotPlan(slot, kind, runs, buffered * batch, f"{buffered} buffered batches")
+    if kind == "ThreadBuffer":
+        echo = 1 if getattr(component, "repeats", 1) > 1 and getattr(component, "copy_echoes", False) else 0
+        held = buffered + echo  # the buffer and an echo's copy; the batch in transit is upstream's
+        return SlotPlan(slot, kind, "1 producer thread", held * batch, f"{held} batches")
+    return SlotPlan(slot, kind, "(unknown: not a built-in kind)", 0, "not estimated")
+
+
+def format_plan(plan: Plan) -> str:
+    """The plan as the terminal shows it."""
+    lines = [
+        f"batches per epoch: {plan.batches_per_epoch if plan.batches_per_epoch is not None else 'unknown'}"
+        + (f" (rank {plan.rank} of {plan.world_size})" if plan.world_size > 1 else ""),
+        f"one item: {_mib(plan.item_bytes)}; one batch: {_mib(plan.batch_bytes)}",
+    ]
+    width = max(len(s.slot) for s in plan.slots)
+    for s in plan.slots:
+        lines.append(
+            f"  {s.slot:<{width}}  {s.kind}: {s.runs}; holds up to {_mib(s.holds_bytes)} ({s.holds})"
+        )
+    lines.append(f"data held at most: {_mib(plan.total_bytes)}")
+    return "\n".join(lines)
+
+
+def _mib(value: int | None) -> str:
+    return "unknown" if value is None else f"{value / 2**20:.1f} MiB"

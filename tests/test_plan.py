@@ -1,0 +1,95 @@
+"""``run.mode=plan``: what a config will run and hold, before anything starts, close to a real run."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+import loaderfactory
+from loaderfactory.plan import format_plan, make_plan
+from tests.test_cli import cli
+
+BIG = [
+    "dataset.length=24",
+    "dataset.fields.image.shape=[5,128,128,128]",  # 40 MiB items: every buffer is its own mapping
+    "loader.batch_size=2",
+    "stream=buffered",
+    "stream.buffer_size=2",
+    "prefetch.buffer_size=2",
+    "run.progress=false",
+    "run.plots=false",
+    "seed=0",
+]
+
+
+def _held_mib(text: str) -> float:
+    return float(re.search(r"data held at most: ([\d.]+) MiB", text).group(1))  # type: ignore[union-attr]
+
+
+def test_plan_names_what_runs_per_slot_and_starts_nothing() -> None:
+    """Threads and processes per slot, batches per epoch, and bytes from one loaded item."""
+    cfg = loaderfactory.compose(["loader=torch_workers", "dataset.length=40", "loader.batch_size=4"])
+    with loaderfactory.build_loader(cfg) as loader:
+        plan = make_plan(loader)
+        assert loader["loader"]._iterator is None  # no worker was started to make the plan
+    assert plan.batches_per_epoch == 10
+    item = 3 * 32 * 32 * 4 + 8  # the default synthetic item: an image and a label
+    assert (plan.item_bytes, plan.batch_bytes) == (item, 4 * item)
+    by_slot = {s.slot: s for s in plan.slots}
+    assert by_slot["loader"].runs == "2 process worker(s)"
+    assert by_slot["loader"].holds_bytes == 2 * 2 * 4 * item  # workers × prefetch_factor batches
+    assert by_slot["prefetch"].runs == "1 producer thread"
+    assert plan.total_bytes == sum(s.holds_bytes for s in plan.slots)
+    assert "batches per epoch: 10" in format_plan(plan)
+
+
+def test_plan_of_a_rank_and_a_queue() -> None:
+    """A sharded loader's plan is per rank; a queue's holds its capacity of items."""
+    sharded = {
+        "dataset": {"kind": "synthetic", "length": 21},
+        "loader": {"kind": "sharded", "batch_size": 5, "distributed": {"rank": 1, "world_size": 2}},
+    }
+    with loaderfactory.build_loader(sharded) as loader:
+        plan = make_plan(loader)
+    assert (plan.rank, plan.world_size, plan.batches_per_epoch) == (1, 2, 3)  # 11 items, padded
+    assert "(rank 1 of 2)" in format_plan(plan)
+    queued = {
+        "dataset": {"kind": "synthetic", "length": 64},
+        "queue": {"kind": "ram", "capacity": 16, "num_workers": 2, "batch_size": 4, "epoch_size": 5},
+    }
+    with loaderfactory.build_loader(queued) as loader:
+        plan = make_plan(loader)
+    queue = next(s for s in plan.slots if s.slot == "queue")
+    assert queue.holds_bytes == (16 + 2) * plan.item_bytes  # type: ignore[operator]
+    assert plan.batches_per_epoch == 5
+
+
+def test_plan_mode_on_the_command_line_writes_nothing(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    env = {**os.environ, "PYTHONPATH": str(root)}
+    command = [sys.executable, "-m", "loaderfactory", "run.mode=plan", "loader=torch_workers"]
+    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stderr
+    assert "loader    ResumableDataLoader: 2 process worker(s)" in result.stdout
+    assert "data held at most:" in result.stdout
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_plan_is_within_a_quarter_of_a_real_runs_peak(tmp_path: Path) -> None:
+    """On the built-in data, with a consumer slower than loading (buffers full), the memory a real
+    run adds at its peak is within 25% of the plan."""
+    planned = cli(tmp_path, *BIG, "run.mode=plan")
+    assert planned.returncode == 0, planned.stderr
+    plan = _held_mib(planned.stdout)
+    ran = cli(tmp_path, *BIG, "run.step_ms=500")
+    assert ran.returncode == 0, ran.stderr
+    measured = json.loads((tmp_path / "run" / "report.json").read_text())["peak_growth_mb"]
+    assert abs(measured - plan) <= 0.25 * plan, (measured, plan)
