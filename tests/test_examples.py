@@ -36,7 +36,7 @@ def test_hydra_training_app_trains_on_loader_batches(tmp_path: Path) -> None:
 
 
 def test_hydra_training_app_takes_a_preset_override(tmp_path: Path) -> None:
-    """A preset of ours selected from the user's app command line (`loaderfactory/loader@data.loader=...`) is used."""
+    """A preset of ours chosen on the app's command line (`loaderfactory/loader@data.loader=...`) is used."""
     out = run(
         [
             sys.executable,
