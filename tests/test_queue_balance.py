@@ -4,6 +4,7 @@ equally often, in both modes, across a restart, and reproducibly with a seed."""
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from typing import Any
 
@@ -191,3 +192,31 @@ def test_restored_counts_steer_the_next_draws() -> None:
         queue.load_state_dict(state)
         assert sorted(b["index"].item() for b in queue) == [2, 2, 2, 5]
         assert queue.sampling_counts.tolist() == [5, 5, 3, 5, 5, 3, 5, 5]
+
+
+def test_an_evicted_item_is_freed_at_once() -> None:
+    """The draw heap drops evicted entries lazily, but never keeps their items alive: after many
+    evictions only the held items (and those in flight) exist, so the RAM budget holds."""
+    import gc
+    import weakref
+
+    alive: weakref.WeakSet[torch.Tensor] = weakref.WeakSet()
+
+    class Tracked(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+        def __len__(self) -> int:
+            return 256
+
+        def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+            tensor = torch.full((16,), float(index))
+            alive.add(tensor)
+            return {"x": tensor}
+
+    with QueueDataset(Tracked(), mode="always", capacity=8, batch_size=2, num_workers=1, seed=0) as queue:
+        queue.start()
+        for _ in range(40):  # loads outpace draws: most items are evicted without being drawn
+            queue.draw()
+            time.sleep(0.005)
+        held = len(queue._run.store._entries)  # type: ignore[union-attr]
+        assert queue._run.store.evictions > 64  # type: ignore[union-attr]
+        gc.collect()
+        assert len(alive) <= held + 3  # the held items, one in flight, one waiting to be put

@@ -23,8 +23,11 @@ import numpy as np
 if TYPE_CHECKING:
     from loaderfactory.components.queue.store import Entry
 
-Node = tuple[int, float, int, "Entry"]
-"""``(draws, tie break, sequence number, entry)``; the unique sequence number keeps entries uncompared."""
+Box = list["Entry | None"]
+"""The one-element holder of an entry in the heap: emptied when the entry leaves the store, so an
+evicted item's memory is freed at once even though its heap node is dropped lazily."""
+Node = tuple[int, float, int, Box]
+"""``(draws, tie break, sequence number, box)``; the unique sequence number keeps boxes uncompared."""
 
 
 class LeastDrawn:
@@ -45,6 +48,8 @@ class LeastDrawn:
         self.counts = counts
         self._rng = random.Random(seed)
         self._heap: list[Node] = []
+        self._boxes: dict[int, Box] = {}
+        """``id(entry)`` → the box of its live heap node."""
         self._numbers = itertools.count()
         self._stale = 0
         """Entries in the heap that have left the store, skipped when they surface."""
@@ -55,19 +60,25 @@ class LeastDrawn:
         self._push(entry)
 
     def remove(self, entry: Entry) -> None:
-        """An entry left the store; its heap node is dropped lazily."""
+        """An entry left the store: its box is emptied now (freeing the item), its node later."""
         entry.held = False
+        box = self._boxes.pop(id(entry), None)
+        if box is not None:
+            box[0] = None
         self._stale += 1
         if self._stale > 64 and self._stale > len(self._heap) // 2:
             # Mode always with loads faster than draws evicts many items that are never drawn.
-            self._heap = [node for node in self._heap if node[3].held]
+            self._heap = [node for node in self._heap if node[3][0] is not None]
             heapq.heapify(self._heap)
             self._stale = 0
 
     def clear(self) -> None:
         for node in self._heap:
-            node[3].held = False
+            entry = node[3][0]
+            if entry is not None:
+                entry.held = False
         self._heap.clear()
+        self._boxes.clear()
         self._stale = 0
 
     def rekey(self, entries: list[Entry]) -> None:
@@ -93,13 +104,16 @@ class LeastDrawn:
         return drawn
 
     def _push(self, entry: Entry) -> None:
-        key = (int(self.counts[entry.index]), self._rng.random(), next(self._numbers), entry)
+        box: Box = [entry]
+        self._boxes[id(entry)] = box
+        key = (int(self.counts[entry.index]), self._rng.random(), next(self._numbers), box)
         heapq.heappush(self._heap, key)
 
     def _pop(self) -> Entry:
         while True:
-            count, _, _, entry = heapq.heappop(self._heap)
-            if not entry.held:
+            count, _, _, box = heapq.heappop(self._heap)
+            entry = box[0]
+            if entry is None:
                 self._stale -= 1
             elif count != self.counts[entry.index]:
                 # Its index was drawn since it was keyed: another copy of the same item held at a
