@@ -82,6 +82,7 @@ class TensorFolderSpec(Spec):
     @field_validator("pattern")
     @classmethod
     def _readable_extension(cls, pattern: str) -> str:
+        """A concrete extension is one tensor_folder reads: .pt, .pth, .npy or .npz."""
         # Only a concrete extension can be judged here: `*`, `*.np?` or `**/*` may match readable
         # files, and the dataset refuses what they match beyond them when it is built.
         suffix = PurePosixPath(pattern).suffix

@@ -119,6 +119,8 @@ class TorchLoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:
+        """prefetch_factor, persistent_workers, timeout, multiprocessing_context and worker_init_fn
+        need num_workers >= 1; pin_memory_device needs pin_memory."""
         title = type(self).__name__
         options = (
             "prefetch_factor",
@@ -143,7 +145,8 @@ class TorchLoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _torch_sampling_rules(self) -> TorchLoaderSpec:
-        """torch's own rules on batch_size, shuffle, sampler, batch_sampler and drop_last, by field."""
+        """torch's own rules, by field: batch_sampler excludes batch_size (null), shuffle, sampler and
+        drop_last; a sampler excludes shuffle; drop_last needs a batch_size."""
         problems: list[tuple[str, str, Any]] = []
         if self.batch_sampler is not None:
             reason = "batch_sampler makes the batches (and their order); "

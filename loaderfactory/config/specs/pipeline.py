@@ -35,6 +35,7 @@ class RunSpec(Spec):
     @field_validator("report")
     @classmethod
     def _plain_file_name(cls, name: str) -> str:
+        """A file name without folders: the report is written in Hydra's output directory."""
         if not name or "/" in name or "\\" in name or name in (".", ".."):
             raise ValueError(f"must be a file name (it is written in Hydra's output directory), got {name!r}")
         return name
@@ -59,6 +60,7 @@ class LoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _loader_fits_the_queue(self) -> LoaderSpec:
+        """After a queue the loader passes its batches on: no batching, shuffling or workers of its own."""
         if self.queue is None:
             return self
         problems = self.loader.refuse_after_batches(getattr(self.queue, "batch_size", None))

@@ -92,6 +92,7 @@ class QueueDatasetSpec(Spec):
 
     @model_validator(mode="after")
     def _consistent(self) -> QueueDatasetSpec:
+        """An int wait_fill is at most capacity; multiprocessing_context needs worker_type: process."""
         problems: list[tuple[str, str, Any]] = []
         waits_for = self.wait_fill if not isinstance(self.wait_fill, bool) else None
         if waits_for is not None and self.capacity is not None and waits_for > self.capacity:

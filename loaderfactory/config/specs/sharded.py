@@ -39,6 +39,7 @@ class DistributedSpec(Spec):
 
     @model_validator(mode="after")
     def _rank_in_range(self) -> DistributedSpec:
+        """rank is less than world_size."""
         if self.rank >= self.world_size:
             raise broken_rules(
                 type(self).__name__,
@@ -157,6 +158,9 @@ class ShardedLoaderSpec(WorkersSpec):
 
     @model_validator(mode="after")
     def _rules(self) -> ShardedLoaderSpec:
+        """batch_sampler excludes batch_size, shuffle, sampler, last_batch and num_shards, and batch_size is
+        required without it; a sampler excludes shuffle; prefetch, persistent_workers, timeout and
+        multiprocessing_context need num_workers >= 1, multiprocessing_context also worker_type: process."""
         problems: list[tuple[str, str, Any]] = []
         if self.batch_sampler is not None:
             given = {

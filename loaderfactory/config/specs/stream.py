@@ -34,6 +34,7 @@ class StreamWrapperSpec(Spec):
 
     @model_validator(mode="after")
     def _thread_options_need_a_buffer(self) -> StreamWrapperSpec:
+        """timeout and gated need buffer_size >= 1."""
         refuse_unless(
             self.buffer_size > 0,
             type(self).__name__,

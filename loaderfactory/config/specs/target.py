@@ -29,11 +29,13 @@ class TargetSpec(Spec):
     @field_validator("target")
     @classmethod
     def _importable(cls, target: str) -> str:
+        """A dotted path that imports (module, then attribute)."""
         resolve_target(target)
         return target
 
     @model_validator(mode="after")
     def _nested_targets_importable(self) -> TargetSpec:
+        """Every nested _target_ imports too."""
         problems = [
             (path, str(err), target)
             for path, target in _nested_targets(self.model_extra or {}, "")

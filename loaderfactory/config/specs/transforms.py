@@ -54,6 +54,7 @@ class RandFlipSpec(Spec):
     @field_validator("dims")
     @classmethod
     def _check_dims(cls, dims: list[int]) -> list[int]:
+        """Distinct negative dims, at least one."""
         return _spatial_dims(dims)
 
 
@@ -71,6 +72,7 @@ class RandPermuteSpec(Spec):
     @field_validator("dims")
     @classmethod
     def _check_dims(cls, dims: list[int]) -> list[int]:
+        """Distinct negative dims, at least one."""
         return _spatial_dims(dims)
 
 
