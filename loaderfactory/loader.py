@@ -5,14 +5,15 @@ from __future__ import annotations
 import copy
 import time
 import weakref
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
 from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.data.sources import is_map_style
-from loaderfactory.components.state import UPSTREAM
-from loaderfactory.components.workers.lifecycle import close_component
+from loaderfactory.components.state import UPSTREAM, StateFieldError, require_int, require_keys
+from loaderfactory.components.workers.lifecycle import close_component, stopping_together
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.stats import LoaderStats
 
@@ -42,6 +43,7 @@ class Loader:
         self.batches_in_epoch = 0
         self._resumed = False
         self._closed = False
+        self._plans = [_state_plan(slot, c) for slot, c in self._components.items()]
         # Stages that read ahead snapshot the slots before them after each item (see state_dict),
         # unless a slot before them cannot be saved: then state_dict() says so and nothing is taken.
         for index, component in enumerate(self._components.values()):
@@ -72,6 +74,12 @@ class Loader:
             ) from None
 
     def __len__(self) -> int:
+        """Batches of a whole epoch, counted from its start, whatever part of it was already delivered.
+
+        A loader restored mid-epoch reports the whole epoch and its next pass yields the rest, as
+        torch's stateful loaders do: PyTorch Lightning adds the batches it already took to this
+        count. It is the last component's ``len()``: components count a whole epoch the same way.
+        """
         return len(self.output)
 
     def __iter__(self) -> Iterator[Any]:
@@ -101,6 +109,7 @@ class Loader:
         stats.start()
         iterator = iter(self.output)
         clock = time.perf_counter
+        failed = False
         try:
             while True:
                 before = clock()
@@ -116,10 +125,17 @@ class Loader:
                 yield batch
             self.epoch += 1
             self.batches_in_epoch = 0
+        except GeneratorExit:
+            raise
+        except BaseException:
+            failed = True
+            raise
         finally:
             close = getattr(iterator, "close", None)
             if callable(close):
-                close()
+                # After an error (Ctrl-C too) nothing is waited for: the error reaches the loop first.
+                with stopping_together(wait=not failed):
+                    close()
             del iterator
 
     def _located(self, err: LimitError) -> ConfigError:
@@ -169,22 +185,32 @@ class Loader:
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` of a loader built from the same config; call before iterating.
 
+        The whole state is checked before any slot is loaded, and each component checks its own
+        part before it changes anything; a component that refuses its part leaves the slots before
+        it loaded, so load a good state or build the loader again.
+
         Raises:
             ResumeError: the state comes from another config, slot layout or component settings
-                (worker count, world size, ...), or is not a loader state.
+                (worker count, world size, ...), or is not a loader state. A field that is missing,
+                ``None``, of the wrong type or out of range is named by its path in the state
+                (``slots.loader.state.position``).
         """
         if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
             raise ResumeError(
                 f"not a Loader state (expected format {STATE_FORMAT!r}); "
                 "pass what Loader.state_dict() returned"
             )
+        owner = "Loader"
+        require_keys(owner, state, ("epoch", "batches_in_epoch", "slots"))
+        epoch = require_int(owner, state, "epoch")
+        batches_in_epoch = require_int(owner, state, "batches_in_epoch")
         differ = _differences(state.get("config"), self._config())
         if differ:
             shown = "; ".join(differ[:8]) + ("; ..." if len(differ) > 8 else "")
             raise ResumeError(
                 f"the state was saved from another config ({shown}); build the loader from the saved config"
             )
-        saved = state["slots"]
+        saved = _saved_slots(state["slots"])
         if list(saved) != list(self._components):
             raise ResumeError(
                 f"the state has slots {', '.join(saved)} but this loader has {', '.join(self._components)}"
@@ -197,16 +223,17 @@ class Loader:
                 )
             _stateful(slot, component)
         for slot, component in self._components.items():
+            own = saved[slot]["state"]
             if is_map_style(component) and not hasattr(component, "load_state_dict"):
-                if saved[slot]["state"].get("length") != len(component):
+                if own.get("length") != len(component):
                     raise ResumeError(
-                        f"{slot}: the state was saved for {saved[slot]['state'].get('length')} items, "
+                        f"{slot}: the state was saved for {own.get('length')} items, "
                         f"this dataset has {len(component)}"
                     )
                 continue
-            component.load_state_dict(saved[slot]["state"])
-        self.epoch = int(state["epoch"])
-        self.batches_in_epoch = int(state["batches_in_epoch"])
+            _load_slot(slot, component, own)
+        self.epoch = epoch
+        self.batches_in_epoch = batches_in_epoch
         self._resumed = True
 
     def _saveable_upto(self, index: int) -> bool:
@@ -218,17 +245,48 @@ class Loader:
 
     def _state_upto(self, index: int) -> dict[str, Any]:
         """State of the slots up to ``index`` as the consumer of that slot has seen them."""
-        if index < 0:
-            return {}
-        slot, component = list(self._components.items())[index]
-        if is_map_style(component) and not hasattr(component, "state_dict"):
-            own: dict[str, Any] = {"length": len(component)}
-        else:
-            own = dict(_stateful(slot, component).state_dict())
-        upstream = own.pop(UPSTREAM, None)
-        if upstream is None:
-            upstream = self._state_upto(index - 1)
-        return {**upstream, slot: own}
+        return self._materialize(self._snapshot_upto(index))
+
+    def _snapshot_upto(self, index: int) -> Snapshot:
+        """What :meth:`_state_upto` needs, taken cheaply: called after every item by the stages that
+        read ahead. A slot with ``state_snapshot()`` gives a small immutable token (its state is
+        built only when a state is asked for), a dataset without state gives nothing, any other
+        slot its ``state_dict()``; a stage that reads ahead passes on its own upstream snapshot."""
+        parts: list[tuple[int, Any]] = []
+        while index >= 0:
+            _, _, how, take = self._plans[index]
+            if take is not None:  # a token or a state
+                part = take()
+                if how == "state":
+                    part = dict(part)
+                    upstream = part.pop(UPSTREAM, None)
+                    if upstream is not None:
+                        parts.append((index, part))
+                        return Snapshot(tuple(parts), upstream)
+                parts.append((index, part))
+            else:
+                parts.append((index, None))
+            index -= 1
+        return Snapshot(tuple(parts), None)
+
+    def _materialize(self, snapshot: Any) -> dict[str, Any]:
+        """The per-slot states a snapshot (or an already built state) stands for; the slot nearest
+        the consumer that cannot be saved raises first."""
+        if not isinstance(snapshot, Snapshot):
+            return dict(snapshot)
+        mine: list[tuple[str, dict[str, Any]]] = []
+        for index, part in snapshot.parts:
+            slot, component, how, _ = self._plans[index]
+            if how == "token":
+                mine.append((slot, dict(component.state_from_snapshot(part))))
+            elif how == "state":
+                mine.append((slot, part))
+            elif how == "length":
+                mine.append((slot, {"length": len(component)}))
+            else:
+                _stateful(slot, component)  # raises ResumeError naming the slot
+        upstream = {} if snapshot.upstream is None else self._materialize(snapshot.upstream)
+        return {**upstream, **dict(reversed(mine))}
 
     def _config(self) -> Any:
         """The config as far as it decides the batch sequence (each slot's ``speed_only`` fields left out)."""
@@ -242,36 +300,71 @@ class Loader:
         return self.spec.model_dump(mode="json", exclude=exclude)
 
     def close(self) -> None:
-        """Stop every thread and process the components own, last stage first; safe to call twice."""
+        """Stop every thread and process the components own, last stage first; safe to call twice.
+
+        Bounded: all stages share one grace (see :mod:`loaderfactory.components.workers.lifecycle`).
+        """
         if self._closed:
             return
         self._closed = True
-        for component in reversed(list(self._components.values())):
-            close_component(component)
+        # One grace for every stage: a prefetch thread waiting on the loader's workers is released
+        # when they stop, instead of being waited for first (see workers.lifecycle).
+        with stopping_together():
+            for component in reversed(list(self._components.values())):
+                close_component(component)
 
     def __enter__(self) -> Loader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # With an exception on its way out, nothing is waited for: the error comes first.
+        with stopping_together(wait=exc[0] is None):
+            self.close()
 
     def __repr__(self) -> str:
         chain = " → ".join(f"{slot}={type(c).__name__}" for slot, c in self._components.items())
         return f"Loader({chain})"
 
 
+@dataclass(frozen=True)
+class Snapshot:
+    """The slots' positions as a stage read an item: tokens and states, built into a state on demand."""
+
+    parts: tuple[tuple[int, Any], ...]
+    upstream: Any
+
+
 class _UpstreamOf:
-    """``state_dict`` of the slots up to ``index``; holds the loader weakly (threads call it)."""
+    """A snapshot of the slots up to ``index``; holds the loader weakly (threads call it)."""
 
     def __init__(self, loader: Loader, index: int) -> None:
         self._loader = weakref.ref(loader)
         self._index = index
 
-    def __call__(self) -> dict[str, Any]:
+    def __call__(self) -> Any:
         loader = self._loader()
         if loader is None:
             return {}
-        return loader._state_upto(self._index)
+        return loader._snapshot_upto(self._index)
+
+
+def _state_plan(slot: str, component: Any) -> tuple[str, Any, str, Callable[[], Any] | None]:
+    """``(slot, component, how, function)``: how the slot's state is taken, chosen once.
+
+    ``length``: a dataset without state, recorded by its length; ``token``: a slot with
+    ``state_snapshot()``/``state_from_snapshot()``; ``state``: its ``state_dict()``;
+    ``unsaveable``: building its state raises ``ResumeError`` naming ``slot``.
+    """
+    if is_map_style(component) and not hasattr(component, "state_dict"):
+        return slot, component, "length", None
+    snapshot = getattr(component, "state_snapshot", None)
+    if callable(snapshot) and callable(getattr(component, "state_from_snapshot", None)):
+        return slot, component, "token", snapshot
+    state_dict = getattr(component, "state_dict", None)
+    loads = callable(getattr(component, "load_state_dict", None))
+    if callable(state_dict) and (loads or is_map_style(component)):
+        return slot, component, "state", state_dict
+    return slot, component, "unsaveable", None
 
 
 def _stateful(slot: str, component: Any) -> Any:
@@ -285,6 +378,39 @@ def _stateful(slot: str, component: Any) -> Any:
             "loader cannot be saved or resumed; implement the protocol in loaderfactory.components.state"
         )
     return component
+
+
+def _saved_slots(slots: Any) -> Mapping[str, Mapping[str, Any]]:
+    """The ``slots`` of a Loader state, each checked to be ``{"type": str, "state": dict}``."""
+    if not isinstance(slots, Mapping):
+        raise StateFieldError("Loader", "slots", f"must be a dict of slot -> {{type, state}}, got {slots!r}")
+    for slot, entry in slots.items():
+        if not isinstance(entry, Mapping):
+            raise StateFieldError("Loader", f"slots.{slot}", f"must be a dict {{type, state}}, got {entry!r}")
+        for key in ("type", "state"):
+            if key not in entry:
+                raise StateFieldError("Loader", f"slots.{slot}.{key}", "is missing")
+        if not isinstance(entry["type"], str):
+            raise StateFieldError(
+                "Loader", f"slots.{slot}.type", f"must be a class name, got {entry['type']!r}"
+            )
+        if not isinstance(entry["state"], Mapping):
+            raise StateFieldError(
+                "Loader",
+                f"slots.{slot}.state",
+                f"must be a dict (the component's state), got {entry['state']!r}",
+            )
+    return slots
+
+
+def _load_slot(slot: str, component: Any, state: Mapping[str, Any]) -> None:
+    """``component.load_state_dict(state)``, its refusal reported at the slot's path in the state."""
+    try:
+        component.load_state_dict(state)
+    except StateFieldError as err:
+        raise StateFieldError(err.owner, f"slots.{slot}.state.{err.field}", err.problem) from err
+    except ResumeError as err:
+        raise ResumeError(f"slots.{slot}.state: {err}") from err
 
 
 def _differences(saved: Any, current: Any, path: str = "") -> list[str]:

@@ -136,8 +136,8 @@ def test_a_plain_transform_with_an_option_is_not_handed_the_generator() -> None:
     assert takes_generator(seeded)
 
 
-def test_len_of_a_resumed_torch_loader_is_what_the_pass_yields() -> None:
-    """A torch loader restored mid-epoch reports the batches it will really yield."""
+def test_len_of_a_resumed_torch_loader_is_the_epochs() -> None:
+    """A torch loader restored mid-epoch reports the epoch's length and yields the rest of it."""
     from loaderfactory.components.data.datasets import SyntheticDataset
     from loaderfactory.components.torch_loader import ResumableDataLoader
 
@@ -149,7 +149,7 @@ def test_len_of_a_resumed_torch_loader_is_what_the_pass_yields() -> None:
     state = first.state_dict()
     second = ResumableDataLoader(dataset, batch_size=4, shuffle=True, seed=0)
     second.load_state_dict(state)
-    assert len(second) == 7
+    assert len(second) == 10  # an epoch's length, as Lightning reads it after a restore
     assert sum(1 for _ in second) == 7
     assert len(second) == 10
 

@@ -116,6 +116,7 @@ def test_resume_yields_exactly_the_rest(
     """Restored from a JSON state taken after batch k, a loader yields batches k+1... of an unbroken run."""
     slot, kind = slot_kind
     with build(slot, kind, *extra) as loader:
+        epoch_length = len(loader)
         whole = [indices(b) for _ in range(2) for b in loader]
     assert stop_at < len(whole)
     with build(slot, kind, *extra) as first:
@@ -129,6 +130,7 @@ def test_resume_yields_exactly_the_rest(
         state = json.loads(json.dumps(first.state_dict()))
     with build(slot, kind, *extra) as second:
         second.load_state_dict(state)
+        assert len(second) == epoch_length  # len() is an epoch's, also restored (as Lightning reads it)
         rest = [indices(b) for b in second]
         while len(rest) < len(whole) - stop_at:
             rest += [indices(b) for b in second]

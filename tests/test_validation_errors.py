@@ -223,7 +223,7 @@ BAD_CONFIGS = [
     pytest.param(
         cfg(run={"mode": "go"}),
         ["run.mode"],
-        r"must be one of 'run', 'validate' or 'schema', got 'go'",
+        r"must be one of 'run', 'validate', 'plan' or 'schema', got 'go'",
         id="run_mode",
     ),
     pytest.param(

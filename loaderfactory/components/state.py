@@ -16,12 +16,20 @@ and report the snapshot of the last item their consumer took under :data:`UPSTRE
 A stage that shards records ``world_size`` and ``rank`` and refuses a state saved for other
 values with :func:`check_matching`; any stage does the same for worker counts and for whatever
 else decides which items it yields.
+
+``load_state_dict()`` checks the state before it changes anything: a state that is not a dict, a
+missing field, ``None``, a wrong type or a position outside the epoch raises
+:class:`StateFieldError` (a :class:`~loaderfactory.errors.ResumeError`) naming the component and
+the field, instead of a ``KeyError`` deep inside, an empty epoch or a silently different order.
+:func:`require_state`, :func:`require_keys`, :func:`require_int` and :func:`require_int_list`
+keep those checks a few lines per component.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol, runtime_checkable
+from numbers import Integral
+from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from loaderfactory.errors import ResumeError
 
@@ -61,11 +69,96 @@ def check_matching(owner: str, state: Mapping[str, Any], current: Mapping[str, A
         )
 
 
+class StateFieldError(ResumeError):
+    """A field of a saved state that is missing, ``None``, of the wrong type or out of range.
+
+    A :class:`~loaderfactory.Loader` reports it at the field's path in its own state
+    (``slots.loader.state.position``).
+
+    Attributes:
+        owner: the component, as its messages name it (``"loader (torch)"``).
+        field: the key in the component's state (``"position"``).
+        problem: what is wrong with it (``"must be an int in [0, 6], got -1"``).
+    """
+
+    def __init__(self, owner: str, field: str, problem: str) -> None:
+        super().__init__(f"{owner}: state field {field!r} {problem}")
+        self.owner = owner
+        self.field = field
+        self.problem = problem
+
+
+def require_state(owner: str, state: object) -> Mapping[str, Any]:
+    """``state`` itself, or :class:`ResumeError` when it is not a mapping (``None``, a list, ...)."""
+    if not isinstance(state, Mapping):
+        raise ResumeError(
+            f"{owner}: a state must be a dict (what state_dict() returned), got {type(state).__name__}"
+        )
+    return state
+
+
 def require_keys(owner: str, state: Mapping[str, Any], keys: tuple[str, ...]) -> None:
-    """Raise :class:`ResumeError` when ``state`` lacks one of ``keys`` (not this component's state)."""
+    """Raise :class:`StateFieldError` naming the first of ``keys`` that ``state`` lacks."""
     missing = [k for k in keys if k not in state]
     if missing:
-        raise ResumeError(
-            f"{owner}: not a state of this component (missing {', '.join(missing)}); "
-            "was it saved from another slot or another kind?"
+        others = f" (so are {', '.join(repr(k) for k in missing[1:])})" if missing[1:] else ""
+        raise StateFieldError(
+            owner,
+            missing[0],
+            f"is missing{others}: not a state of this component; "
+            "was it saved from another slot or another kind?",
         )
+
+
+def require_int(
+    owner: str, state: Mapping[str, Any], key: str, low: int | None = 0, high: int | None = None
+) -> int:
+    """``state[key]`` as an ``int`` in ``[low, high]`` (``None``: unbounded), or :class:`StateFieldError`.
+
+    ``bool``, ``float`` (even ``2.0``), ``str`` and ``None`` are refused: a saved position is an int.
+    """
+    require_keys(owner, state, (key,))
+    value = state[key]
+    if not _is_int(value) or (low is not None and value < low) or (high is not None and value > high):
+        raise StateFieldError(owner, key, f"must be an int{_bounds(low, high)}, got {value!r}")
+    return int(value)
+
+
+def require_int_list(
+    owner: str,
+    state: Mapping[str, Any],
+    key: str,
+    low: int | None = 0,
+    high: int | None = None,
+    max_length: int | None = None,
+) -> list[int]:
+    """``state[key]`` as a list of ints in ``[low, high]``, at most ``max_length`` of them."""
+    require_keys(owner, state, (key,))
+    value = state[key]
+    if max_length == 0:
+        wanted = "an empty list"
+    else:
+        at_most = "" if max_length is None else f"at most {max_length} "
+        wanted = f"a list of {at_most}ints{_bounds(low, high)}"
+    if not isinstance(value, list | tuple):
+        raise StateFieldError(owner, key, f"must be {wanted}, got {value!r}")
+    if max_length is not None and len(value) > max_length:
+        raise StateFieldError(owner, key, f"must be {wanted}, got {len(value)} entries")
+    for number, item in enumerate(value):
+        if not _is_int(item) or (low is not None and item < low) or (high is not None and item > high):
+            raise StateFieldError(owner, key, f"must be {wanted}; entry {number} is {item!r}")
+    return [int(item) for item in value]
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    # numpy integers count (Integral); bool is an int to Python but never a saved count.
+    return isinstance(value, Integral) and not isinstance(value, bool)
+
+
+def _bounds(low: int | None, high: int | None) -> str:
+    """`` in [low, high]``, `` >= low``, `` <= high`` or nothing."""
+    if high is None:
+        return "" if low is None else f" >= {low}"
+    if low is None:
+        return f" <= {high}"
+    return f" in [{low}, {high}]"

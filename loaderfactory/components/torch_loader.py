@@ -19,7 +19,9 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
 
 from loaderfactory.components.sharded.sampling import Balance, assign_shards, rank_size
-from loaderfactory.components.state import check_matching, require_keys
+from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
+from loaderfactory.components.workers.exits import stop_workers
+from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
 from loaderfactory.errors import ResumeError
 
 _GOLDEN = 0x9E3779B97F4A7C15
@@ -144,6 +146,9 @@ class ResumableDataLoader(DataLoader[Any]):
         **kwargs: other ``DataLoader`` arguments (``num_workers``, ``collate_fn``, ...).
     """
 
+    _live: weakref.ref[Any] | None = None
+    """torch's iterator of the pass now running, so that ``close()`` can stop its workers."""
+
     def __init__(
         self,
         dataset: Dataset[Any],
@@ -243,13 +248,13 @@ class ResumableDataLoader(DataLoader[Any]):
         return _count(weakref.ref(self), self._token, super().__iter__())
 
     def __len__(self) -> int:
-        """Batches this pass yields: a resumed pass skips those delivered before the state was saved."""
-        total = super().__len__()
-        if self._sampler is None:
-            return total
-        if self._pending is not None:
-            return total - self._pending[1]
-        return total - self._sampler.start if self._active else total
+        """Batches of a whole epoch, also when restored mid-epoch: that pass yields only the rest.
+
+        As torch's ``DataLoader`` and stateful loaders count it, and as PyTorch Lightning expects: it
+        adds the batches it already took to what a restored pass yields. Counting only the rest would
+        also go stale once a pass is abandoned, when the next pass is a whole epoch again.
+        """
+        return super().__len__()
 
     def _delivered(self, token: int) -> None:
         if token == self._token:
@@ -276,6 +281,9 @@ class ResumableDataLoader(DataLoader[Any]):
 
     def _settings(self) -> dict[str, Any]:
         """What decides the batch sequence; a state saved under other values is refused."""
+        cached: dict[str, Any] | None = self.__dict__.get("_settings_cache")
+        if cached is not None:
+            return cached
         settings: dict[str, Any] = {
             "map_style": self.map_style,
             "length": len(self.dataset) if self.map_style else None,  # type: ignore[arg-type]  # map-style datasets are sized
@@ -289,40 +297,88 @@ class ResumableDataLoader(DataLoader[Any]):
         if not self.map_style:
             # Without a sampler the workers' interleaving decides the order.
             settings["num_workers"] = self.num_workers
+        self._settings_cache = settings  # fixed at construction; state_dict() runs after every batch
         return settings
 
     def state_dict(self) -> dict[str, Any]:
         """Epoch, batches handed out in it, seed and the settings a restored loader must share."""
+        return self.state_from_snapshot(self.state_snapshot())
+
+    def state_snapshot(self) -> tuple[int, int]:
+        """``(epoch, position)``: all of the state that changes per batch, cheap to take after each
+        one (a stage reading ahead does); :meth:`state_from_snapshot` builds the state from it."""
+        return self._pending if self._pending is not None else (self._epoch, self._position)
+
+    def state_from_snapshot(self, snapshot: tuple[int, int]) -> dict[str, Any]:
+        """The :meth:`state_dict` this loader had when :meth:`state_snapshot` returned ``snapshot``."""
         if not self.map_style and self.num_workers > 0:
             raise ResumeError(
                 "loader (torch): an iterable dataset read by worker processes keeps its position "
                 "inside the workers; resume needs num_workers=0 or a map-style dataset"
             )
-        epoch, position = self._pending if self._pending is not None else (self._epoch, self._position)
+        epoch, position = snapshot
         return {"epoch": epoch, "position": position, "seed": self.seed, **self._settings()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue at the saved epoch and batch on the next ``iter()``."""
+        """Continue at the saved epoch and batch on the next ``iter()``.
+
+        Raises:
+            ResumeError: the state was saved under other settings (batch size, world size, ...), or
+                a field is missing, of the wrong type, or out of range (a position past the epoch).
+        """
         owner = "loader (torch)"
+        state = require_state(owner, state)
         require_keys(owner, state, ("epoch", "position", "seed"))
         check_matching(owner, state, self._settings())
-        if self.seed_given and state["seed"] != self.seed:
+        epoch = require_int(owner, state, "epoch")
+        position = require_int(owner, state, "position", high=self._batches_per_epoch())
+        seed = require_int(owner, state, "seed", low=None)
+        if self.seed_given and seed != self.seed:
             check_matching(owner, state, {"seed": self.seed})
-        self.seed = int(state["seed"])
+        self.seed = seed
         if isinstance(self._sampler, ResumableSampler):
             self._sampler.seed = self.seed
-        self._pending = (int(state["epoch"]), int(state["position"]))
+        self._pending = (epoch, position)
         self._active = False
+
+    def _batches_per_epoch(self) -> int | None:
+        """Batches of a whole epoch where the sampler knows it; ``None`` for an iterable dataset
+        (its own slot keeps its position, and its ``len()`` may already count only the rest)."""
+        if self._sampler is None:
+            return None
+        try:
+            return len(self._sampler)
+        except TypeError:  # a sampler of yours without len()
+            return None
 
 
 def _count(owner: weakref.ref[ResumableDataLoader], token: int, batches: Iterator[Any]) -> Iterator[Any]:
     # Holds the loader weakly so an abandoned pass never keeps it alive.
-    for batch in batches:
+    loader = owner()
+    if loader is not None:
+        loader._live = weakref.ref(batches)
+    del loader
+    try:
+        for batch in batches:
+            loader = owner()
+            if loader is not None:
+                loader._delivered(token)
+            del loader
+            yield batch
+    except GeneratorExit:
+        # An early break: collected, torch would stop the workers one after another, 5 s each.
+        if not getattr(batches, "_persistent_workers", False):
+            stop_workers(batches, grace(), KILL_GRACE_S)
+        raise
+    except BaseException:
+        # A worker's exception: its workers stop at once (persistent ones too), and it goes on to
+        # the loop; none outlives the pass while the caller holds the exception.
+        stop_workers(batches, 0.0, KILL_GRACE_S)
         loader = owner()
-        if loader is not None:
-            loader._delivered(token)
+        if loader is not None and loader._iterator is batches:
+            loader._iterator = None
         del loader
-        yield batch
+        raise
     loader = owner()
     if loader is not None:
         loader._finished(token)

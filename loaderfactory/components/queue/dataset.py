@@ -31,6 +31,8 @@ from loaderfactory.components.queue.draws import LeastDrawn
 from loaderfactory.components.queue.filler import Filler
 from loaderfactory.components.queue.store import Mode, QueueStore, megabytes
 from loaderfactory.components.queue.telemetry import QueueTelemetry
+from loaderfactory.components.state import require_int, require_state
+from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.errors import StallError
 
 
@@ -135,6 +137,11 @@ class QueueDataset(IterableDataset[Any]):
             ram_budget, avg_item_size, capacity, self.length, self
         )
         self.telemetry_log = QueueTelemetry(self.length, self.log_sampling)
+        # Resume: batches drawn in the current epoch, the batch the current pass started at, and
+        # the one the next pass starts at after load_state_dict().
+        self._in_epoch = 0
+        self._start = 0
+        self._resume_at: int | None = None
         self._lock = threading.Lock()
         self._run: _Run | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
@@ -160,7 +167,11 @@ class QueueDataset(IterableDataset[Any]):
         return run
 
     def close(self) -> None:
-        """Stop and join every worker and drop the queue (freeing its shared memory); safe to call twice."""
+        """Stop every worker and drop the queue (freeing its shared memory); safe to call twice.
+
+        Bounded: worker processes get one grace for all of them and are then terminated; a worker
+        thread stuck in ``dataset[i]`` is left to finish as a daemon, with a ``RuntimeWarning``.
+        """
         with self._lock:
             finalizer, self._finalizer, self._run = self._finalizer, None, None
         if finalizer is not None:
@@ -170,7 +181,9 @@ class QueueDataset(IterableDataset[Any]):
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # With an exception on its way out, the workers are not waited for: the error comes first.
+        with stopping_together(wait=exc[0] is None):
+            self.close()
 
     # -- filling ------------------------------------------------------------------------------
     @property
@@ -206,18 +219,29 @@ class QueueDataset(IterableDataset[Any]):
 
     # -- drawing ------------------------------------------------------------------------------
     def __len__(self) -> int:
+        """Batches in an epoch, ``epoch_size``; a resumed pass draws only the rest of the saved one."""
         return self.epoch_size
 
     def __iter__(self) -> Iterator[Any]:
-        finished = False
+        start, self._resume_at = self._resume_at or 0, None
+        self._start = self._in_epoch = start
+        return self._pass(start)
+
+    def _pass(self, start: int) -> Iterator[Any]:
         try:
-            for _ in range(self.epoch_size):
-                yield self.draw()
-            finished = True
-        finally:
-            if not finished:
-                # An early break or an error ends the pass: stop the workers, as a DataLoader does.
+            for _ in range(start, self.epoch_size):
+                batch = self.draw()
+                self._in_epoch += 1
+                yield batch
+            self._start = self._in_epoch = 0
+        except GeneratorExit:
+            self.close()  # an early break ends the pass: stop the workers, as a DataLoader does
+            raise
+        except BaseException:
+            # An error ends it too, and reaches the loop first: the workers are not waited for.
+            with stopping_together(wait=False):
                 self.close()
+            raise
 
     def draw(self) -> Any:
         """One batch: the ``batch_size`` least drawn held items (ties at random), transformed and collated."""
@@ -281,11 +305,24 @@ class QueueDataset(IterableDataset[Any]):
 
     def state_dict(self) -> dict[str, Any]:
         """What survives a restart: the sampling counts (the queue's items are reloaded), which the
-        draws keep balancing."""
-        return self.telemetry_log.state_dict()
+        draws keep balancing, and the batches drawn in the current epoch (``in_epoch``)."""
+        in_epoch = self._resume_at if self._resume_at is not None else self._in_epoch
+        return {**self.telemetry_log.state_dict(), "in_epoch": in_epoch}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        self.telemetry_log.load_state_dict(state)
+        """Restore the sampling counts now; the next pass draws the rest of the saved epoch.
+
+        A state saved before ``in_epoch`` was recorded resumes at the start of an epoch.
+
+        Raises:
+            ResumeError: a field is missing, of the wrong type or out of range (``in_epoch`` past
+                ``epoch_size``, counts for a dataset of another length).
+        """
+        owner = "queue (ram)"
+        state = require_state(owner, state)
+        in_epoch = require_int(owner, state, "in_epoch", high=self.epoch_size) if "in_epoch" in state else 0
+        self.telemetry_log.load_state_dict(state, owner)
+        self._resume_at = in_epoch
         run = self._run
         if run is not None:
             run.store.recount()

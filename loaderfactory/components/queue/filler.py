@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import warnings
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
@@ -18,11 +17,9 @@ import torch
 from loaderfactory.components.data.batch_utils import batch_nbytes
 from loaderfactory.components.queue.store import Entry, QueueStore, StoreClosed
 from loaderfactory.components.workers.info import worker_seed
+from loaderfactory.components.workers.lifecycle import finish_threads, stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
-
-JOIN_S = 10.0
-"""How long ``close()`` waits for the filler, which may be waiting on a worker stuck in ``dataset[i]``."""
 
 Loaded = tuple[int, Any, int]
 """``(index, item, nbytes)``: what a worker hands the filler."""
@@ -131,17 +128,12 @@ class Filler:
     def close(self) -> None:
         """Stop loading and join the filler, its workers and their processes; safe to call twice.
 
-        Closing the store ends a put waiting for room; closing the workers ends a wait for a result.
+        Closing the store ends a put waiting for room; closing the workers ends a wait for a result,
+        even one on a worker stuck in ``dataset[i]``. Bounded: the worker threads and the filler
+        share one grace (see :mod:`~loaderfactory.components.workers.lifecycle`), and worker
+        processes are terminated after theirs.
         """
         self.store.close()
-        self.workers.close()
-        if self._thread is threading.current_thread() or not self._thread.is_alive():
-            return
-        self._thread.join(JOIN_S)
-        if self._thread.is_alive():
-            warnings.warn(
-                f"{self._thread.name}: dataset[i] did not return within {JOIN_S} s of close(); "
-                "its daemon thread is left to finish the item",
-                RuntimeWarning,
-                stacklevel=3,
-            )
+        with stopping_together():
+            self.workers.close()
+            finish_threads([self._thread], self._thread.name)

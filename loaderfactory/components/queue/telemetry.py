@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 
 from loaderfactory.components.queue.store import Entry, QueueStore
+from loaderfactory.components.state import StateFieldError, require_int, require_int_list, require_keys
 
 MAX_SAMPLES = 1_000_000
 """Per-draw records kept with ``log_sampling`` (8 bytes each); later draws only update the counts."""
@@ -59,14 +60,18 @@ class QueueTelemetry:
     def state_dict(self) -> dict[str, Any]:
         return {"draws": self.draws, "sampling_counts": self.counts.tolist()}
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        counts = np.asarray(state["sampling_counts"], dtype=np.int64)
-        if counts.shape != self.counts.shape:
-            raise ValueError(
-                f"sampling_counts has {counts.size} entries; this dataset has {self.counts.size} items"
-            )
+    def load_state_dict(self, state: Mapping[str, Any], owner: str = "queue") -> None:
+        """Restore the draws and the per-item counts; ``owner`` names the queue in errors.
+
+        Raises:
+            ResumeError: a field is missing, of the wrong type, negative, or the counts are for a
+                dataset of another length.
+        """
+        require_keys(owner, state, ("draws", "sampling_counts"))
+        draws = require_int(owner, state, "draws")
+        counts = _counts(owner, state["sampling_counts"], self.counts.size)
         self.counts[...] = counts
-        self.draws = int(state["draws"])
+        self.draws = draws
 
     def ratio(self) -> float | None:
         """Most over least drawn item; ``None`` while some item was never drawn."""
@@ -152,3 +157,27 @@ class QueueTelemetry:
             plt.close(fig)
             paths.append(path)
         return paths
+
+
+def _counts(owner: str, saved: Any, length: int) -> np.ndarray[Any, np.dtype[np.int64]]:
+    """Saved per-item draw counts as an array, or :class:`StateFieldError`; vectorised for large datasets."""
+    if not isinstance(saved, list | tuple) or len(saved) != length:
+        shown = f"{len(saved)} entries" if isinstance(saved, list | tuple) else repr(saved)
+        raise StateFieldError(
+            owner,
+            "sampling_counts",
+            f"must be a list of {length} ints >= 0 (one per dataset item), got {shown}",
+        )
+    try:
+        counts = np.asarray(saved) if saved else np.zeros(0, dtype=np.int64)
+    except ValueError:  # ragged: an entry is a list
+        counts = np.zeros(0, dtype=object)
+    integral = counts.ndim == 1 and counts.size == length and counts.dtype.kind in "iu"
+    if integral and (not counts.size or (counts.min() >= 0 and counts.max() <= np.iinfo(np.int64).max)):
+        return counts.astype(np.int64)
+    # The slow path names the first entry that is not a count (None, a float, a negative number).
+    checked = require_int_list(owner, {"sampling_counts": saved}, "sampling_counts")
+    try:
+        return np.asarray(checked, dtype=np.int64)
+    except OverflowError:
+        raise StateFieldError(owner, "sampling_counts", "holds a count beyond 64 bits") from None

@@ -25,7 +25,15 @@ from loaderfactory.components.sharded.sampling import (
     ShardPlanner,
     Step,
 )
+from loaderfactory.components.state import (
+    check_matching,
+    require_int,
+    require_int_list,
+    require_keys,
+    require_state,
+)
 from loaderfactory.components.workers.info import worker_seed
+from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
 
@@ -176,8 +184,8 @@ class ShardedDataLoader:
     def __len__(self) -> int:
         current = self._current_pass()
         if current is not None:
-            return current.total
-        return self.planner.count(len(self._carry)) - self._resume_step
+            return len(current.plan.steps)
+        return self.planner.count(len(self._carry))  # the whole epoch, also when resumed mid-way
 
     def _delivered(self, plan: EpochPlan, position: int) -> None:
         self._stopped_at = (plan.epoch, position, plan.carry_in)
@@ -239,41 +247,81 @@ class ShardedDataLoader:
         self._pass = None
 
     def close(self) -> None:
-        """Stop the current pass and every worker; safe to call twice."""
-        self._close_pass()
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
+        """Stop the current pass and every worker, within one bounded grace; safe to call twice."""
+        with stopping_together():
+            self._close_pass()
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
 
     def __enter__(self) -> ShardedDataLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # With an exception on its way out, the workers are not waited for: the error comes first.
+        with stopping_together(wait=exc[0] is None):
+            self.close()
 
     # -- state ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands: the epoch, steps yielded of it, and the rollover it started with."""
+        """Where the loader stands: the epoch, steps yielded of it, and the rollover it started with,
+        with the placement and batching that decide which indices those steps hold."""
         current = self._current_pass()
+        carry: Sequence[int]
         if current is not None:
-            return {
-                "epoch": current.plan.epoch,
-                "step": current.position,
-                "carry": list(current.plan.carry_in),
-            }
-        if self._stopped_at is not None:
+            epoch, step, carry = current.plan.epoch, current.position, current.plan.carry_in
+        elif self._stopped_at is not None:
             epoch, step, carry = self._stopped_at
-            return {"epoch": epoch, "step": step, "carry": list(carry)}
-        return {"epoch": self._epoch, "step": self._resume_step, "carry": list(self._carry)}
+        else:
+            epoch, step, carry = self._epoch, self._resume_step, self._carry
+        return {"epoch": epoch, "step": step, "carry": list(carry), **self._layout()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next pass yields exactly the rest of that epoch."""
+        """Resume from :meth:`state_dict`: the next pass yields exactly the rest of that epoch.
+
+        Raises:
+            ResumeError: the state was saved at another world size, rank, batch size or shard count
+                (a state saved before those were recorded is taken as is), or a field is missing,
+                of the wrong type or out of range (a step past the epoch, an index past the dataset).
+        """
+        owner = "loader (sharded)"
+        state = require_state(owner, state)
+        require_keys(owner, state, ("epoch", "step", "carry"))
+        check_matching(owner, state, self._layout())
+        epoch = require_int(owner, state, "epoch")
+        rollover = self.planner.last_batch == "rollover" and self.planner.batch_size is not None
+        per_step = (self.planner.batch_size or 0) * self.planner.num_shards
+        carry = require_int_list(
+            owner, state, "carry", high=self._last_index(), max_length=per_step - 1 if rollover else 0
+        )
+        step = require_int(owner, state, "step", high=self._steps_per_epoch(len(carry)))
         self._close_pass()
         self._stopped_at = None
-        self._epoch = int(state["epoch"])
-        self._resume_step = int(state.get("step", 0))
-        self._carry = [int(i) for i in state.get("carry", [])]
+        self._epoch, self._resume_step, self._carry = epoch, step, carry
+
+    def _layout(self) -> dict[str, Any]:
+        """What decides which indices this rank's steps hold; a state saved under other values is refused."""
+        return {
+            "world_size": self.world_size,
+            "rank": self.rank,
+            "batch_size": self.planner.batch_size,
+            "num_shards": self.planner.num_shards,
+        }
+
+    def _last_index(self) -> int | None:
+        """The largest dataset index, where the dataset is sized."""
+        try:
+            return len(self.dataset) - 1
+        except TypeError:  # a dataset without len(), read through a sampler
+            return None
+
+    def _steps_per_epoch(self, carry: int) -> int | None:
+        """Steps of an epoch that starts with ``carry`` rolled-over indices; ``None`` when unsized."""
+        try:
+            return self.planner.count(carry)
+        except TypeError:  # a sampler of yours without len()
+            return None
 
     def telemetry(self) -> dict[str, Any]:
         return {

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data._utils.pin_memory import pin_memory
 
 from loaderfactory.components.sharded.sampling import EpochPlan, Step
+from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
 
@@ -72,7 +73,9 @@ class Pass:
             self._complete()
             raise
         except BaseException:
-            self.close()
+            # The error reaches the loop first: the workers are stopped without waiting for them.
+            with stopping_together(wait=False):
+                self.close()
             raise
         self.position += 1
         self.owner._delivered(self.plan, self.position)

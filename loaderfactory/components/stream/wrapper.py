@@ -15,10 +15,18 @@ from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from loaderfactory.components.state import UPSTREAM, UpstreamState, check_matching, require_keys
+from loaderfactory.components.state import (
+    UPSTREAM,
+    UpstreamState,
+    check_matching,
+    require_int,
+    require_keys,
+    require_state,
+)
 from loaderfactory.components.stream.parts import END, StreamEvent, Timeline, events
 from loaderfactory.components.thread.buffer import ThreadBuffer
 from loaderfactory.components.workers.channel import Gate
+from loaderfactory.components.workers.lifecycle import stopping_together
 
 
 class StreamWrapper:
@@ -144,8 +152,10 @@ class StreamWrapper:
                 self._drop_stream()
                 raise
             except BaseException:
-                # A failed stream is over (buffered or not): the next epoch starts a fresh one.
-                self._abandon()
+                # A failed stream is over (buffered or not): the next epoch starts a fresh one. The
+                # error reaches the loop first: the producer is not waited for.
+                with stopping_together(wait=False):
+                    self._abandon()
                 raise
             if kind == END:
                 self._position = 0
@@ -195,7 +205,9 @@ class StreamWrapper:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # With an exception on its way out, the producer is not waited for: the error comes first.
+        with stopping_together(wait=exc[0] is None):
+            self.close()
 
     @property
     def allow_buffering(self) -> Any:
@@ -223,14 +235,39 @@ class StreamWrapper:
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the saved batch on the next iteration."""
+        """Continue after the saved batch on the next iteration.
+
+        Raises:
+            ResumeError: the state was saved with another ``epoch_size``, or a field is missing, of
+                the wrong type or out of range (past the epoch, or past a standalone pass).
+        """
         owner = f"stream {self.name!r}"
+        state = require_state(owner, state)
         require_keys(owner, state, ("epoch", "in_epoch", "position", "epoch_size"))
+        require_int(owner, state, "epoch_size", low=None)
         check_matching(owner, state, {"epoch_size": self.epoch_size})
+        epoch = require_int(owner, state, "epoch")
+        in_epoch = require_int(
+            owner, state, "in_epoch", high=self.epoch_size if self.epoch_size > 0 else None
+        )
+        position = require_int(owner, state, "position", high=self._replay_length())
         self.close()
-        self._epoch, self._in_epoch = int(state["epoch"]), int(state["in_epoch"])
-        self._position, self._snapshot = int(state["position"]), None
+        self._epoch, self._in_epoch = epoch, in_epoch
+        self._position, self._snapshot = position, None
         self._pending = dict(state)
+
+    def _replay_length(self) -> int | None:
+        """Batches of one pass of the stream when this wrapper replays it itself (standalone, sized).
+
+        In a ``Loader`` the slots before are restored separately and their ``len()`` may count only
+        the rest of their epoch, so ``position`` is not bounded by it there.
+        """
+        if self._upstream_state is not None:
+            return None
+        try:
+            return len(self.stream_fn)  # type: ignore[arg-type]  # TypeError below when unsized
+        except TypeError:
+            return None
 
     # -- telemetry -----------------------------------------------------------------------------
 

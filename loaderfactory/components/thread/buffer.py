@@ -2,8 +2,10 @@
 
 Improves on MONAI's design: blocking waits instead of a polling loop, the source's exception
 re-raised in the consumer after the items before it, ``timeout`` as a stall deadline, a thread that
-never outlives an early ``break``, ``close()`` or garbage collection, and ``repeats`` that ``len()``
-counts and that echo copies, so in-place edits of one echo never leak into the next.
+stops at an early ``break``, ``close()`` or garbage collection (one stuck in its source is left as
+a daemon after a bounded grace, with a warning, instead of being joined for long), and
+``repeats`` that ``len()`` counts and that echo copies, so in-place edits of one echo never leak
+into the next.
 """
 
 from __future__ import annotations
@@ -11,20 +13,25 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-import warnings
 import weakref
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Generic, TypeVar
 
 from loaderfactory.components.data.batch_utils import clone_batch
-from loaderfactory.components.state import UPSTREAM, UpstreamState, check_matching, require_keys
+from loaderfactory.components.state import (
+    UPSTREAM,
+    StateFieldError,
+    UpstreamState,
+    check_matching,
+    require_int,
+    require_keys,
+    require_state,
+)
 from loaderfactory.components.workers.channel import Channel, ChannelClosed, Gate
+from loaderfactory.components.workers.lifecycle import finish_threads, stopping_together
 from loaderfactory.errors import StallError
 
 T = TypeVar("T")
-
-_JOIN_SECONDS = 10.0
-"""How long ``close()`` waits for a producer stuck inside its source before giving up on it."""
 
 
 class _Signal:
@@ -101,7 +108,9 @@ class _Pass(Generic[T]):
         )
         self._thread.start()
         # Stop the thread when this pass is garbage collected without being closed.
-        self._finalizer = weakref.finalize(self, _stop, self._channel, self._thread, self._gate)
+        self._finalizer = weakref.finalize(
+            self, _stop, self._channel, self._thread, self._gate, owner.unblock
+        )
 
     def __iter__(self) -> _Pass[T]:
         return self
@@ -130,6 +139,9 @@ class _Pass(Generic[T]):
             self._channel.close()
             if self._gate is not None:
                 self._gate.wake()
+            if owner.unblock is not None:
+                with stopping_together(wait=False):  # stop what it waits on, at once
+                    owner.unblock()
             raise StallError(
                 owner.stall_message
                 or f"{owner.name}: no batch from its source for {owner.timeout} s (timeout); "
@@ -162,7 +174,7 @@ class _Pass(Generic[T]):
         return item  # type: ignore[no-any-return]  # items of the source
 
     def close(self) -> None:
-        """Stop the producer and join it; safe to call twice."""
+        """Stop the producer and join it (within a bounded grace); safe to call twice."""
         self._done = True
         self._echoes = []
         self._finalizer()
@@ -176,20 +188,20 @@ def _same(item: T) -> T:
     return item
 
 
-def _stop(channel: Channel[Any], thread: threading.Thread, gate: Gate | None) -> None:
-    channel.close()
-    if gate is not None:
-        gate.wake()  # a gated producer waits on the gate, not on the channel
-    if thread is threading.current_thread():
-        return
-    thread.join(_JOIN_SECONDS)
-    if thread.is_alive():
-        warnings.warn(
-            f"{thread.name}: the source did not return within {_JOIN_SECONDS} s of close(); "
-            "the daemon thread is left to finish its current item",
-            RuntimeWarning,
-            stacklevel=3,
-        )
+def _stop(
+    channel: Channel[Any],
+    thread: threading.Thread,
+    gate: Gate | None,
+    unblock: Callable[[], None] | None = None,
+) -> None:
+    with stopping_together():  # one grace for what the producer waits on and for the producer
+        channel.close()
+        if gate is not None:
+            gate.wake()  # a gated producer waits on the gate, not on the channel
+        if unblock is not None:
+            unblock()
+        # Bounded: a producer stuck inside its source is left to finish as a daemon, with a warning.
+        finish_threads([thread], thread.name)
 
 
 class ThreadBuffer(Generic[T]):
@@ -212,6 +224,8 @@ class ThreadBuffer(Generic[T]):
             :class:`~loaderfactory.components.workers.channel.Gate`); ``None`` never pauses it.
         stall_message: the :class:`~loaderfactory.errors.StallError` text, for a stage that
             wraps the buffer and names its own setting; by default it names ``name``.
+        unblock: called when a pass stops, before its thread is waited for, to release a
+            producer blocked inside ``src`` (a stage whose source waits on worker processes).
     """
 
     def __init__(
@@ -225,6 +239,7 @@ class ThreadBuffer(Generic[T]):
         *,
         gate: Gate | None = None,
         stall_message: str | None = None,
+        unblock: Callable[[], None] | None = None,
     ) -> None:
         if buffer_size < 1:
             raise ValueError(f"buffer_size must be >= 1, got {buffer_size}")
@@ -240,6 +255,7 @@ class ThreadBuffer(Generic[T]):
         self.name = name
         self.gate = gate
         self.stall_message = stall_message
+        self.unblock = unblock
         # A weak reference: a pass abandoned by an early ``break`` is collected at once, and
         # collecting it stops its thread.
         self._pass: weakref.ref[_Pass[T]] | None = None
@@ -309,14 +325,44 @@ class ThreadBuffer(Generic[T]):
         return state
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue after the saved item (and echo) on the next ``iter()``."""
-        require_keys(self.name, state, ("consumed", "echoes_done", "repeats"))
-        check_matching(self.name, state, {"repeats": self.repeats})
+        """Continue after the saved item (and echo) on the next ``iter()``.
+
+        Raises:
+            ResumeError: the state was saved with other ``repeats``, or a field is missing, of the
+                wrong type or out of range (more items than a standalone pass of the source has).
+        """
+        owner = self.name
+        state = require_state(owner, state)
+        require_keys(owner, state, ("consumed", "echoes_done", "repeats"))
+        require_int(owner, state, "repeats", low=1)
+        check_matching(owner, state, {"repeats": self.repeats})
+        consumed = require_int(owner, state, "consumed", high=self._replay_length())
+        done = require_int(owner, state, "echoes_done", high=self.repeats - 1)
+        if done != consumed % self.repeats:
+            # Echoes come in runs of ``repeats``: after ``consumed`` items the run stands at their rest.
+            raise StateFieldError(
+                owner, "echoes_done", f"must be consumed % repeats = {consumed % self.repeats}, got {done}"
+            )
         self.close()
         self._pending = dict(state)
+
+    def _replay_length(self) -> int | None:
+        """Items of one pass when this buffer replays its source itself (standalone and sized).
+
+        In a ``Loader`` the slots before are restored separately and their ``len()`` may count only
+        the rest of their epoch, so ``consumed`` is not bounded by it there.
+        """
+        if self._upstream_state is not None:
+            return None
+        try:
+            return len(self)
+        except TypeError:  # an unsized source
+            return None
 
     def __enter__(self) -> ThreadBuffer[T]:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # With an exception on its way out, the producer is not waited for: the error comes first.
+        with stopping_together(wait=exc[0] is None):
+            self.close()

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar
 
 from torch.utils.data import DataLoader, Dataset
 
 from loaderfactory.components.thread.buffer import ThreadBuffer
+from loaderfactory.components.workers.exits import Woken, stop_workers, wake
+from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace, stopping_together
 
 T = TypeVar("T")
 
@@ -25,7 +29,9 @@ class ThreadDataLoader(DataLoader[Any]):
 
     Use it where code expects a real ``DataLoader``. With ``num_workers=0`` and a dataset that
     releases the GIL (I/O, numpy, torch ops), loading overlaps the training step at the cost of
-    one thread instead of worker processes.
+    one thread instead of worker processes. With worker processes, a worker's exception, an early
+    ``break`` and ``close()`` stop them (an exception before it reaches the loop), so none outlives
+    the pass while the caller still holds the exception.
 
     Args:
         dataset: the dataset to load from.
@@ -48,6 +54,8 @@ class ThreadDataLoader(DataLoader[Any]):
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset, num_workers=num_workers, **kwargs)
+        self._workers_lock = threading.Lock()
+        self._live: weakref.ref[Any] | None = None  # torch's iterator of the running pass
         self.buffer = ThreadBuffer(
             _Reiterable(self._batches),
             buffer_size=buffer_size,
@@ -55,13 +63,51 @@ class ThreadDataLoader(DataLoader[Any]):
             repeats=repeats,
             copy_echoes=copy_echoes,
             name="ThreadDataLoader",
+            unblock=self._unblock,
         )
         self.buffer_size = buffer_size
         self.buffer_timeout = buffer_timeout
         self.repeats = repeats
 
     def _batches(self) -> Iterator[Any]:
-        return super().__iter__()
+        batches = super().__iter__()
+        self._live = weakref.ref(batches)
+        try:
+            for batch in batches:
+                if isinstance(batch, Woken):  # close() ended the wait for a batch
+                    return
+                yield batch
+        except GeneratorExit:
+            if not self.persistent_workers:  # the pass was stopped: its workers go with it, at once
+                self._stop_workers(0.0, from_producer=True)
+            raise
+        except BaseException:
+            # A worker's exception: stop the workers at once, then let it go to the consumer.
+            self._stop_workers(0.0, from_producer=True)
+            raise
+
+    def _unblock(self) -> None:
+        """Release a producer thread waiting inside torch's iterator (a pass being stopped).
+
+        The pass's workers stop; persistent ones stay for the next pass, and only the wait ends.
+        """
+        self._stop_workers(keep_persistent=True)
+
+    def _stop_workers(
+        self, grace_s: float | None = None, from_producer: bool = False, keep_persistent: bool = False
+    ) -> None:
+        """Stop the worker processes of the running pass (and persistent ones) within ``grace_s``."""
+        with self._workers_lock:
+            live = self._live() if self._live is not None else None
+            for iterator in {id(it): it for it in (live, self._iterator) if it is not None}.values():
+                running = not getattr(iterator, "_shutdown", True)
+                keep = keep_persistent and getattr(iterator, "_persistent_workers", False)
+                if not keep:
+                    stop_workers(iterator, grace() if grace_s is None else grace_s, KILL_GRACE_S)
+                if running and iterator is live and not from_producer:
+                    wake(iterator)  # the producer thread may wait inside it for a batch now never coming
+            if not keep_persistent:
+                self._iterator = None
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
         return iter(self.buffer)
@@ -70,11 +116,15 @@ class ThreadDataLoader(DataLoader[Any]):
         return super().__len__() * self.repeats
 
     def close(self) -> None:
-        """Stop the prefetch thread (and with it the pass over the ``DataLoader``)."""
-        self.buffer.close()
+        """Stop the prefetch thread and the worker processes, within a bounded grace."""
+        with stopping_together():
+            self.buffer.close()
+            self._stop_workers()
 
     def __enter__(self) -> ThreadDataLoader:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.close()
+        # With an exception on its way out, nothing is waited for: the error comes first.
+        with stopping_together(wait=exc[0] is None):
+            self.close()

@@ -8,6 +8,7 @@ for a case named in its docstring.
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 import threading
@@ -77,6 +78,55 @@ class Woken:
     """Posted as the awaited result once the workers are stopped: the run waiting for it ends."""
 
 
+def wait_for_exit(processes: list[Any], deadline: float) -> list[Any]:
+    """Wait until every process has exited or ``deadline`` (``time.monotonic()``) passes, all at once.
+
+    Returns those still running. Never waits on an empty list of sentinels, which would sleep out
+    the whole grace although nothing is left to wait for.
+    """
+    alive = [process for process in processes if process.exitcode is None]
+    while alive:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            break
+        wait([process.sentinel for process in alive], remaining)
+        alive = [process for process in alive if process.exitcode is None]
+    return alive
+
+
+def stop_workers(iterator: Any, grace: float, kill_grace: float) -> list[Any]:
+    """End the worker processes of torch's multiprocess ``DataLoader`` iterator in bounded time.
+
+    torch's own ``_shutdown_workers`` joins one worker after another, 5 s each, before it
+    terminates any. Here the workers are asked to stop (torch's done event and index-queue
+    sentinel), given ``grace`` seconds all together, then sent SIGTERM (torch's handler exits at
+    once), and SIGKILL after ``kill_grace``; torch's clean-up (queues, pin-memory thread, SIGCHLD
+    registration) then finds them gone. ``grace=0`` terminates at once. Returns the processes
+    that had to be terminated; safe to call twice.
+    """
+    if getattr(iterator, "_shutdown", True):  # shut down already, or no worker processes
+        return []
+    processes = list(getattr(iterator, "_workers", ()))
+    if grace > 0:
+        with contextlib.suppress(Exception):  # a queue broken by a killed worker: terminate below
+            iterator._workers_done_event.set()
+            for worker_id in range(len(processes)):
+                if iterator._persistent_workers or iterator._workers_status[worker_id]:
+                    iterator._mark_worker_as_unavailable(worker_id, shutdown=True)
+    terminated = wait_for_exit(processes, time.monotonic() + grace)
+    if terminated:
+        unregister_pids(iterator)  # torch's SIGCHLD handler would raise for a worker we kill
+    for process in terminated:
+        with contextlib.suppress(OSError):
+            process.terminate()
+    for process in wait_for_exit(terminated, time.monotonic() + kill_grace):
+        with contextlib.suppress(OSError):
+            process.kill()
+    wait_for_exit(terminated, time.monotonic() + kill_grace)
+    iterator._shutdown_workers()
+    return terminated
+
+
 def wake(iterator: Any) -> None:
     """End a run that another thread drives and that waits for a result now never coming.
 
@@ -86,7 +136,7 @@ def wake(iterator: Any) -> None:
     ``put`` would start a feeder thread that waits for the queue's lock, which a worker stopped
     while writing may hold. (With ``pin_memory`` torch notices its stopped pin thread itself.)
     """
-    if not iterator._pin_memory:
+    if not iterator._pin_memory and hasattr(iterator, "_worker_result_queue"):
         results = iterator._worker_result_queue
         message = ForkingPickler.dumps((iterator._rcvd_idx, Woken()))
         with contextlib.suppress(OSError):
@@ -109,6 +159,34 @@ def exit_code(process: Any) -> int | None:
 
 def exit_error(name: str, index: int, process: Any) -> WorkerError:
     return WorkerError(f"{name}: worker {index} (pid {process.pid}) {describe_exit(exit_code(process))}")
+
+
+def out_of_descriptors(error: BaseException) -> bool:
+    """Whether ``error`` is a hand-over that failed because this process ran out of file descriptors.
+
+    A tensor from a worker process arrives as a file descriptor; at the open-file limit the socket
+    drops it and multiprocessing raises a bare ``received 0 items of ancdata`` (torch names the
+    cause only when the limit is still reached after the failure).
+    """
+    text = str(error)
+    return "ancdata" in text or "Too many open files" in text or getattr(error, "errno", None) == errno.EMFILE
+
+
+def fd_limit_advice() -> str:
+    """What to do when held batches use up the open-file limit, with this process's figures."""
+    figures = ""
+    with contextlib.suppress(Exception):  # no /proc or no resource module: say it without figures
+        import resource
+
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+        figures = f" ({len(os.listdir('/proc/self/fd'))} open, limit {soft})"
+    return (
+        f"a batch from the worker processes was lost: this process ran out of file descriptors{figures}. "
+        "Every tensor received from a worker process holds one open until it is freed, so holding many "
+        "batches, or batches of many tensors, uses them up. Keep fewer batches alive, raise the limit "
+        "(`ulimit -n 65536` in the shell, or resource.setrlimit(resource.RLIMIT_NOFILE, ...)), or call "
+        "torch.multiprocessing.set_sharing_strategy('file_system') at the start of the program"
+    )
 
 
 def register_pids(iterator: Any) -> None:

@@ -28,12 +28,16 @@ from loaderfactory.components.workers.exits import (
     ExitWatcher,
     Woken,
     exit_error,
+    fd_limit_advice,
+    out_of_descriptors,
     register_pids,
+    stop_workers,
     unlink_segments_of,
     unregister_pids,
     wake,
 )
 from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
+from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
 from loaderfactory.components.workers.remote import RemoteFailure
 from loaderfactory.errors import StallError, WorkerError
 
@@ -184,7 +188,7 @@ class ProcessWorkers(Generic[K, R]):
             raise RuntimeError(f"{self.name}: the worker processes were closed")
         self._stop_watching()
         if not self._loader.persistent_workers:
-            self._shutdown()
+            self._shutdown(grace())
         self._keys.keys = keys
         self._iterator = iterator = iter(self._loader)  # a _MultiProcessingDataLoaderIter
         # torch's SIGCHLD handler raises in the main thread wherever it is (in the training step, or
@@ -220,7 +224,10 @@ class ProcessWorkers(Generic[K, R]):
     def _explain(self, iterator: Any, error: RuntimeError | OSError | EOFError) -> BaseException:
         """torch's error about a dead or stuck worker (or a broken hand-over) as WorkerError or StallError."""
         workers = list(getattr(iterator, "_workers", ()))
-        if not isinstance(error, RuntimeError) and wait([process.sentinel for process in workers], 0.5):
+        if out_of_descriptors(error):
+            self._shutdown()
+            return WorkerError(f"{self.name}: {fd_limit_advice()}")
+        if not isinstance(error, RuntimeError) and workers and wait([p.sentinel for p in workers], 0.5):
             # A worker killed while handing over a tensor breaks the connection a moment before it
             # exits. The exit watcher reaps it: let it finish, as two threads reaping one process
             # race in waitpid and the loser reads no exit code.
@@ -230,13 +237,14 @@ class ProcessWorkers(Generic[K, R]):
         for index, process in enumerate(workers):
             process.join(0.5 if process.exitcode is None and not process.is_alive() else 0)
             if process.exitcode is not None and process.exitcode != 0:
+                error_of_exit = exit_error(self.name, index, process)
                 self._shutdown()
-                return exit_error(self.name, index, process)
+                return error_of_exit
         if "timed out" in str(error):
             task = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
             index = task[0] if task else 0
             pid = workers[index].pid if index < len(workers) else "?"
-            self._shutdown(force=True)  # a stuck worker would hold up the error for torch's 5 s join
+            self._shutdown()  # at once: a stuck worker must not hold up the error
             return StallError(
                 f"{self.name}: worker {index} (pid {pid}) sent no batch for {self.timeout} s (timeout); "
                 "it is stuck or too slow: raise the timeout or check the dataset"
@@ -256,26 +264,29 @@ class ProcessWorkers(Generic[K, R]):
         return self._closed
 
     def close(self) -> None:
-        """Stop every worker process; safe to call twice."""
-        self._closed = True
-        self._shutdown()
+        """Stop every worker process; safe to call twice.
 
-    def _shutdown(self, force: bool = False) -> None:
+        The workers get :data:`~loaderfactory.components.workers.lifecycle.STOP_GRACE_S` all
+        together to finish their current task, then are terminated; on an error path
+        (``stopping_together(wait=False)``) or at exit they are terminated at once.
+        """
+        self._closed = True
+        self._shutdown(grace())
+
+    def _shutdown(self, grace_s: float = 0.0) -> None:
+        """Stop the current run's workers within ``grace_s`` (0: terminate them at once)."""
         self._stop_watching()
         iterator, self._iterator = self._iterator, None
         if iterator is None:
             return
         processes = list(getattr(iterator, "_workers", ()))
-        if force:
-            for process in processes:
-                if process.is_alive():
-                    process.terminate()
-        iterator._shutdown_workers()
+        terminated = stop_workers(iterator, grace_s, KILL_GRACE_S)
         waiting = self._waiting
         if waiting is not None and waiting is not threading.current_thread():
             wake(iterator)
         for process in processes:
-            if process.exitcode is not None and process.exitcode < 0:
+            # A worker stopped by a signal may have been creating a shared-memory segment.
+            if process in terminated or (process.exitcode is not None and process.exitcode < 0):
                 unlink_segments_of(process.pid)
         self._loader._iterator = None  # a persistent DataLoader keeps its iterator here
 

@@ -15,13 +15,12 @@ from typing import Any, Generic, TypeVar
 
 from loaderfactory.components.workers.channel import Channel, ChannelClosed
 from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
+from loaderfactory.components.workers.lifecycle import finish_threads
 from loaderfactory.errors import StallError
 
 K = TypeVar("K")
 R = TypeVar("R")
 
-STOP_GRACE_S = 2.0
-"""How long ``close()`` waits for each thread; one stuck inside its task is left to finish as a daemon."""
 _UNBOUNDED = 2**30
 """Capacity of the task channel: :meth:`ThreadWorkers.run` bounds the tasks in flight itself."""
 
@@ -70,6 +69,10 @@ class ThreadWorkers(Generic[K, R]):
         self.window = max(1, window)
         self.timeout = timeout
         self._jobs: Channel[_Job] = Channel(_UNBOUNDED)
+        # Jobs submitted and not yet yielded: close() fails them, so a run waiting on one taken by
+        # a thread stuck in its task raises at once instead of waiting for the task.
+        self._inflight: set[_Job] = set()
+        self._lock = threading.Lock()
         self._threads = [
             threading.Thread(
                 target=_thread_main,
@@ -91,17 +94,27 @@ class ThreadWorkers(Generic[K, R]):
                 for key in itertools.islice(source, self.window - len(pending)):
                     job = _Job(key)
                     pending.append(job)
+                    with self._lock:
+                        self._inflight.add(job)
                     self._jobs.put(job)
                 if not pending:
                     return
                 job = pending.popleft()
-                self._wait(job)
+                try:
+                    self._wait(job)
+                finally:
+                    with self._lock:
+                        self._inflight.discard(job)
                 if job.error is not None:
                     raise job.error
                 result, job.result = job.result, None
                 yield result
         except ChannelClosed:
             raise RuntimeError(f"{self.name}: the thread pool was closed while running") from None
+        finally:
+            if pending:  # a run left early: its jobs are no concern of close() (nor of memory)
+                with self._lock:
+                    self._inflight.difference_update(pending)
 
     def _wait(self, job: _Job) -> None:
         if self.timeout is None:
@@ -124,15 +137,20 @@ class ThreadWorkers(Generic[K, R]):
     def close(self) -> None:
         """Stop the threads after their current task; safe to call twice.
 
-        A :meth:`run` waiting on another thread for a task no thread had taken raises at once.
+        A :meth:`run` waiting on another thread raises at once. The threads get
+        :data:`~loaderfactory.components.workers.lifecycle.STOP_GRACE_S` all together to finish
+        their task; one still inside it is left to finish as a daemon, with a ``RuntimeWarning``.
         """
-        for job in self._jobs.close():
-            job.error = RuntimeError(f"{self.name}: the thread pool was closed while running")
-            job.done.set()
-        current = threading.current_thread()
-        for thread in self._threads:
-            if thread is not current:
-                thread.join(STOP_GRACE_S)
+        if self._jobs.closed:
+            return
+        self._jobs.close()
+        with self._lock:
+            jobs, self._inflight = list(self._inflight), set()
+        for job in jobs:
+            if not job.done.is_set():
+                job.error = RuntimeError(f"{self.name}: the thread pool was closed while running")
+                job.done.set()
+        finish_threads(self._threads, f"{self.name} worker threads")
 
 
 def _thread_main(info: WorkerInfo, task: Callable[[Any], Any], jobs: Channel[_Job]) -> None:

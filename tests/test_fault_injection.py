@@ -1,0 +1,490 @@
+"""Fault injection: one table of faults, run against every component, each ending in bounded time.
+
+Every component (and a ``Loader`` stacking process workers under a prefetch thread) meets every
+fault that applies to it: an error at item ``k``, a producer stuck with and without a ``timeout``,
+a killed worker process, an early ``break``, garbage collection without ``close()``, Ctrl-C in a
+subprocess, and a corrupted state. The autouse leak check (``conftest.py``) fails any case that
+leaves a thread, child process or shared-memory segment behind. The bounds are the README's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import itertools
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+import torch
+from process_checks import alive
+
+from loaderfactory import (
+    Loader,
+    QueueDataset,
+    ShardedDataLoader,
+    StreamWrapper,
+    ThreadBuffer,
+    ThreadDataLoader,
+)
+from loaderfactory.components.queue.filler import index_order
+from loaderfactory.components.torch_loader import ResumableDataLoader
+from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, STOP_GRACE_S, close_component
+from loaderfactory.errors import ResumeError, StallError, WorkerError
+
+HANG_S = 60.0
+"""A stuck producer: it returns only when its test releases it (worker processes never do)."""
+TIMEOUT_S = 0.3
+K = 3
+"""The item the fault hits: items before it load at once."""
+LENGTH = 64
+SEED = 0
+ERROR_BOUND_S = STOP_GRACE_S
+"""An error reaches the loop before any grace could have passed: nothing waited for cleanup."""
+CLOSE_BOUND_S = STOP_GRACE_S + 2 * KILL_GRACE_S + 0.5
+"""``close()`` with stuck producers: one grace for all, SIGTERM, SIGKILL, and slack."""
+EXIT_BOUND_S = 2.5
+"""The README's "about 2 s" from Ctrl-C to the process being gone, with slack for a busy machine."""
+DETECT_BOUND_S = 10.0
+"""A killed worker is reported within torch's 5 s status check (at once where it is watched)."""
+
+
+class Injected(Exception):
+    """The injected fault; its message ends with ``time.time()`` of the raise."""
+
+
+class Faulty:
+    """Items ``{"x": tensor([i])}``; the fault hits the item loaded at position ``fail_at``.
+
+    Positions count loads in ``order`` (the dataset order when ``None``). The item at ``fail_at``
+    raises :class:`Injected`; items from ``hang_from`` on hang until ``release`` is set, which
+    never happens in a worker process (a copy of the event): those are stopped.
+    """
+
+    def __init__(
+        self,
+        release: threading.Event,
+        fail_at: int | None = None,
+        hang_from: int | None = None,
+        order: list[int] | None = None,
+        delay_s: float = 0.0,
+    ) -> None:
+        self.release = release
+        self.fail_at = fail_at
+        self.hang_from = hang_from
+        self.position = {index: position for position, index in enumerate(order)} if order else None
+        self.delay_s = delay_s
+
+    def __len__(self) -> int:
+        return LENGTH
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        position = self.position[index] if self.position is not None else index
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        if position == self.fail_at:
+            raise Injected(f"injected at item {index} {time.time()!r}")
+        if self.hang_from is not None and position >= self.hang_from:
+            self.release.wait(HANG_S)
+        return {"x": torch.tensor([index])}
+
+
+class Items:
+    """The dataset's items in order, as a re-iterable source for the buffering stages."""
+
+    def __init__(self, dataset: Faulty) -> None:
+        self.dataset = dataset
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        return (self.dataset[index] for index in range(len(self.dataset)))
+
+
+Build = Callable[[Faulty, "float | None"], Any]
+
+
+@dataclass(frozen=True)
+class Component:
+    """A component under test and what to expect of it."""
+
+    name: str
+    build: Build
+    processes: bool = False
+    """It has worker processes: a worker can be killed; a stuck one is terminated, not abandoned."""
+    ordered: bool = True
+    """It yields the items in order: exactly ``k`` batches arrive before the fault at item ``k``."""
+    stateful: bool = True
+    order: list[int] | None = None
+    """The order it loads items in, when not the dataset's."""
+    stall_error: type[BaseException] = StallError
+    killed_error: type[BaseException] | tuple[type[BaseException], ...] = WorkerError
+    killed_match: str | None = r"pid \d+\) (was killed by signal SIGKILL|exited)"
+    abandons_threads: bool = False
+    """A producer thread stuck in the dataset is left as a daemon at close(), with a warning."""
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def _queue(worker_type: str) -> Build:
+    def build(data: Faulty, timeout: float | None) -> QueueDataset:
+        return QueueDataset(
+            data,
+            epoch_size=10**6,  # never ends on its own: a fault must end it
+            num_workers=2,
+            worker_type=worker_type,  # type: ignore[arg-type]  # "thread" or "process"
+            capacity=4,
+            mode="always",
+            wait_fill=False,
+            seed=SEED,
+            timeout=timeout,
+        )
+
+    return build
+
+
+def _sharded(worker_type: str) -> Build:
+    def build(data: Faulty, timeout: float | None) -> ShardedDataLoader:
+        return ShardedDataLoader(
+            data, batch_size=1, num_workers=2, worker_type=worker_type, timeout=timeout, seed=SEED
+        )  # type: ignore[arg-type]  # "thread" or "process"
+
+    return build
+
+
+def _thread_loader(num_workers: int) -> Build:
+    def build(data: Faulty, timeout: float | None) -> ThreadDataLoader:
+        return ThreadDataLoader(
+            data, batch_size=1, buffer_size=2, buffer_timeout=timeout, num_workers=num_workers
+        )
+
+    return build
+
+
+def _torch(data: Faulty, timeout: float | None) -> ResumableDataLoader:
+    return ResumableDataLoader(data, batch_size=1, seed=SEED, num_workers=2, timeout=timeout or 0)
+
+
+def _pipeline(data: Faulty, timeout: float | None) -> Loader:
+    """``loader: sharded`` with process workers under ``prefetch: thread``."""
+    loader = ShardedDataLoader(data, batch_size=1, num_workers=2, timeout=timeout, seed=SEED)
+    return Loader({"loader": loader, "prefetch": ThreadBuffer(loader, buffer_size=2)})
+
+
+TORCH_KILLED: dict[str, Any] = {
+    # torch's own report: a RuntimeError, or the broken connection of a worker killed mid-hand-over
+    "killed_error": (RuntimeError, OSError, EOFError),
+    "killed_match": None,
+}
+QUEUE_ORDER = list(itertools.islice(index_order(LENGTH, SEED), LENGTH))
+"""The queue loads one seeded permutation per pass."""
+
+COMPONENTS = [
+    Component(
+        "ThreadBuffer",
+        lambda data, timeout: ThreadBuffer(Items(data), buffer_size=2, timeout=timeout),
+        abandons_threads=True,
+    ),
+    Component("ThreadDataLoader", _thread_loader(0), stateful=False, abandons_threads=True),
+    Component(
+        "ThreadDataLoader+workers",
+        _thread_loader(2),
+        processes=True,
+        stateful=False,
+        **TORCH_KILLED,
+    ),
+    Component(
+        "QueueDataset thread",
+        _queue("thread"),
+        ordered=False,
+        order=QUEUE_ORDER,
+        abandons_threads=True,
+    ),
+    Component(
+        "QueueDataset process",
+        _queue("process"),
+        processes=True,
+        ordered=False,
+        order=QUEUE_ORDER,
+    ),
+    Component("ShardedDataLoader thread", _sharded("thread"), abandons_threads=True),
+    Component("ShardedDataLoader process", _sharded("process"), processes=True),
+    Component(
+        "StreamWrapper",
+        lambda data, timeout: StreamWrapper(
+            lambda: Items(data), buffer_size=2, timeout=timeout, name="faulty"
+        ),
+        abandons_threads=True,
+    ),
+    Component(
+        "torch kind",
+        _torch,
+        processes=True,
+        stall_error=RuntimeError,  # torch's own "DataLoader timed out"
+        **TORCH_KILLED,
+    ),
+    Component("Loader sharded+prefetch", _pipeline, processes=True),
+]
+
+
+@pytest.fixture
+def release() -> Iterator[threading.Event]:
+    """Lets stuck producer threads go when the test ends, before the leak check looks for them."""
+    event = threading.Event()
+    yield event
+    event.set()
+
+
+def raised_at(error: BaseException) -> float:
+    """When the worker raised the injected fault (torch re-raises it with the traceback first)."""
+    return float(str(error).split()[-1])
+
+
+def in_background(fn: Callable[[], Any]) -> threading.Thread:
+    def run() -> None:
+        with contextlib.suppress(BaseException):
+            fn()
+
+    thread = threading.Thread(target=run, name="fault-injection-consumer", daemon=True)
+    thread.start()
+    return thread
+
+
+def new_children(before: set[int]) -> list[int]:
+    return sorted(p.pid for p in psutil.Process().children() if p.pid not in before)
+
+
+# -- the faults ----------------------------------------------------------------------------------
+
+
+def error_at_item_k(component: Component, release: threading.Event) -> None:
+    """The item's own exception reaches the loop after the items before it, before any cleanup waits."""
+    made = component.build(Faulty(release, fail_at=K, hang_from=K + 1, order=component.order), None)
+    got = 0
+    with pytest.raises(Injected, match="injected at item") as info:
+        for _ in made:
+            got += 1
+    assert time.time() - raised_at(info.value) < ERROR_BOUND_S
+    if component.ordered:
+        assert got == K
+    release.set()
+    close_component(made)
+
+
+def stuck_with_timeout(component: Component, release: threading.Event) -> None:
+    """A producer stuck in the dataset raises the stall error right after ``timeout``, not after a join."""
+    hang_from = K if component.ordered else 0  # the queue draws from held items while any are held
+    made = component.build(Faulty(release, hang_from=hang_from, order=component.order), TIMEOUT_S)
+    iterator = iter(made)
+    for _ in range(hang_from):
+        next(iterator)
+    started = time.monotonic()
+    with pytest.raises(component.stall_error, match=r"timed out|timeout"):
+        next(iterator)
+    assert time.monotonic() - started - TIMEOUT_S < ERROR_BOUND_S
+    release.set()
+    close_component(made)
+
+
+def stuck_at_close(component: Component, release: threading.Event) -> None:
+    """``close()`` while every producer is stuck returns within one grace, warning of abandoned threads."""
+    made = component.build(Faulty(release, hang_from=0, order=component.order), None)
+    iterator = iter(made)
+    consumer = in_background(lambda: next(iterator))
+    time.sleep(0.3)  # the producers are inside the dataset by now
+    abandoned = (
+        pytest.warns(RuntimeWarning, match="left to finish")
+        if component.abandons_threads
+        else contextlib.nullcontext()
+    )
+    started = time.monotonic()
+    with abandoned:
+        close_component(made)
+    assert time.monotonic() - started < CLOSE_BOUND_S
+    consumer.join(CLOSE_BOUND_S)  # the consumer waiting for a batch is released too
+    assert not consumer.is_alive()
+
+
+def killed_worker(component: Component, release: threading.Event) -> None:
+    """A worker process killed mid-epoch ends the loop with an error naming it; nothing stays behind."""
+    before = {p.pid for p in psutil.Process().children()}
+    made = component.build(Faulty(release, hang_from=8, order=component.order, delay_s=0.005), None)
+    iterator = iter(made)
+    next(iterator)
+    victim = new_children(before)[0]
+    started = time.monotonic()
+    # Inside the block: torch's SIGCHLD handler may raise in this thread at any point after the kill.
+    with pytest.raises(component.killed_error, match=component.killed_match):
+        os.kill(victim, signal.SIGKILL)
+        for _ in iterator:
+            pass
+    assert time.monotonic() - started < DETECT_BOUND_S
+    close_component(made)
+
+
+def early_break(component: Component, release: threading.Event) -> None:
+    """Breaking out of the loop stops every thread and process within one grace."""
+    made = component.build(Faulty(release), None)
+    for index, _ in enumerate(made):
+        if index == K:
+            break
+    started = time.monotonic()
+    gc.collect()
+    close_component(made)
+    assert time.monotonic() - started < CLOSE_BOUND_S
+
+
+def collected_without_close(component: Component, release: threading.Event) -> None:
+    """A component dropped mid-epoch without ``close()`` stops its threads and processes when collected."""
+    made = component.build(Faulty(release), None)
+    iterator = iter(made)
+    next(iterator)
+    del iterator, made
+    started = time.monotonic()
+    gc.collect()
+    assert time.monotonic() - started < CLOSE_BOUND_S
+
+
+SIGINT_CHILD = """
+import json, signal, sys, threading
+signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with Ctrl-C ignored
+sys.path.insert(0, {tests!r})
+import psutil
+from test_fault_injection import COMPONENTS, Faulty, K
+component = next(c for c in COMPONENTS if c.name == {name!r})
+made = component.build(Faulty(threading.Event(), hang_from=K, order=component.order), None)
+iterator = iter(made)
+next(iterator)
+print(json.dumps([p.pid for p in psutil.Process().children()]), flush=True)
+for batch in iterator:
+    pass
+"""
+
+
+def ctrl_c(component: Component, release: threading.Event) -> None:
+    """Ctrl-C to a script whose loop waits on a stuck producer: the process is gone within about 2 s."""
+    code = SIGINT_CHILD.format(tests=str(Path(__file__).parent), name=component.name)
+    child = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert child.stdout is not None
+        line = child.stdout.readline()
+        assert line, child.communicate(timeout=30)[1]
+        workers = json.loads(line)
+        time.sleep(0.5)  # the loop is waiting on the stuck producer now
+        child.send_signal(signal.SIGINT)
+        started = time.monotonic()
+        _, err = child.communicate(timeout=30)
+        assert time.monotonic() - started < EXIT_BOUND_S
+        assert "KeyboardInterrupt" in err
+        deadline = time.monotonic() + 5
+        while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in workers if alive(pid)]
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.communicate()
+
+
+def corrupted_state(component: Component, release: threading.Event) -> None:
+    """A corrupted state (fields missing, or of the wrong type) is refused with a ResumeError."""
+    made = component.build(Faulty(release), None)
+    iterator = iter(made)
+    next(iterator)
+    state = made.state_dict()
+    del iterator
+    try:
+        for corrupt in ({}, {key: "corrupted" for key in state}):
+            with pytest.raises(ResumeError):
+                made.load_state_dict(corrupt)
+    finally:
+        close_component(made)
+
+
+@dataclass(frozen=True)
+class Fault:
+    run: Callable[[Component, threading.Event], None]
+    applies: Callable[[Component], bool] = lambda component: True
+
+
+FAULTS = {
+    "error at item k": Fault(error_at_item_k),
+    "stuck producer, timeout": Fault(stuck_with_timeout),
+    "stuck producer, close": Fault(stuck_at_close),
+    "killed worker": Fault(killed_worker, lambda component: component.processes),
+    "early break": Fault(early_break),
+    "collected without close": Fault(collected_without_close),
+    "Ctrl-C": Fault(ctrl_c),
+    "corrupted state": Fault(corrupted_state, lambda component: component.stateful),
+}
+
+
+@pytest.mark.parametrize(
+    ("fault", "component"),
+    [(name, c) for name, fault in FAULTS.items() for c in COMPONENTS if fault.applies(c)],
+    ids=str,
+)
+def test_every_fault_in_every_component_ends_in_bounded_time(
+    fault: str, component: Component, release: threading.Event
+) -> None:
+    """Each fault of the table, in each component it applies to, ends as its docstring says."""
+    FAULTS[fault].run(component, release)
+
+
+FD_CHILD = """
+import resource, sys, torch
+from loaderfactory import ShardedDataLoader
+
+class ManyTensors:
+    def __len__(self):
+        return 4000
+
+    def __getitem__(self, index):
+        return {f"k{key}": torch.full((2,), index) for key in range(16)}  # 16 descriptors a batch
+
+iterator = iter(ShardedDataLoader(ManyTensors(), batch_size=2, num_workers=2, timeout=60))
+held = [next(iterator)]  # the workers started under the usual limit
+_, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))
+try:
+    for batch in iterator:
+        held.append(batch)
+except Exception as error:
+    print(type(error).__name__, error)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="needs Linux's file-descriptor hand-over")
+def test_running_out_of_file_descriptors_says_what_to_do() -> None:
+    """Holding batches up to the open-file limit raises a WorkerError that says what to do."""
+    done = subprocess.run(
+        [sys.executable, "-c", FD_CHILD], capture_output=True, text=True, timeout=120, check=False
+    )
+    assert done.stdout.startswith("WorkerError"), done.stdout + done.stderr
+    assert "ran out of file descriptors" in done.stdout
+    assert "ulimit -n" in done.stdout and "set_sharing_strategy('file_system')" in done.stdout
+
+
+def test_waiting_for_processes_that_have_exited_returns_at_once() -> None:
+    """The parallel grace returns as soon as the last worker is gone, never sleeping it out on nothing."""
+    import multiprocessing
+
+    from loaderfactory.components.workers.exits import wait_for_exit
+
+    process = multiprocessing.get_context("fork").Process(target=time.sleep, args=(0.2,))
+    process.start()
+    started = time.monotonic()
+    assert wait_for_exit([process], time.monotonic() + 30) == []
+    assert wait_for_exit([process], time.monotonic() + 30) == []  # gone already: nothing to wait on
+    assert time.monotonic() - started < 10
