@@ -42,7 +42,8 @@ class UniformDraws(LeastDrawn):
     while the queue holds ``k``), as ``random.Random.sample`` over the held items did."""
 
     def take(self, k: int, held: int) -> list[Entry]:
-        entries = [node[3] for node in self._heap if node[3].held]  # every held entry exactly once
+        # Every held entry exactly once (an evicted one's box is emptied; see draws.Box).
+        entries = [entry for *_, (entry,) in self._heap if entry is not None]
         drawn = self._rng.sample(entries, k) if held >= k else self._rng.choices(entries, k=k)
         for entry in drawn:
             self.counts[entry.index] += 1
