@@ -1,38 +1,8 @@
-"""The ``torch`` loader kind under a real two-process gloo group: disjoint, covering, equal steps."""
+"""The ``torch`` loader kind under torch.distributed (the real 2-process run is in test_sharded_ddp.py)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.mark.slow
-def test_torch_kind_splits_the_data_between_two_ranks(tmp_path: Path) -> None:
-    """Each rank of ``train_ddp.py --loader torch_workers`` loads its own half, reshuffled per epoch."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    command = [
-        sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "examples" / "train_ddp.py"), "--loader=torch_workers",
-        "--epochs=2", "--length=201", "--batch-size=16", "--workers=1", f"--record={tmp_path}",
-    ]  # fmt: skip
-    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=110)
-    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    records = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
-    assert [r["world_size"] for r in records] == [2, 2]
-    for epoch in (0, 1):
-        first, second = (r["epochs"][epoch] for r in records)
-        assert len(first) == len(second) == 101  # 201 items padded to 202: equal steps per rank
-        assert len(set(first) & set(second)) == 1  # only the one wrapped-around item is shared
-        assert set(first) | set(second) == set(range(201))
-    assert records[0]["epochs"][0] != records[0]["epochs"][1]
-    assert "epoch 1: 7 steps per rank" in done.stdout
 
 
 def test_torch_kind_reads_torchruns_environment(monkeypatch: pytest.MonkeyPatch) -> None:

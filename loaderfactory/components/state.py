@@ -49,6 +49,18 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
+def replay_length(bound: bool, sized: object) -> int | None:
+    """How many items a read-ahead stage may have been through when it replays its source itself:
+    ``len(sized)`` standalone, ``None`` in a ``Loader`` (``bound``: the slots before are restored
+    separately there and their ``len()`` is not this stage's bound) or for an unsized source."""
+    if bound:
+        return None
+    try:
+        return len(sized)  # type: ignore[arg-type]  # TypeError below when unsized
+    except TypeError:
+        return None
+
+
 def check_matching(owner: str, state: Mapping[str, Any], current: Mapping[str, Any]) -> None:
     """Raise :class:`ResumeError` listing every key of ``current`` whose saved value differs.
 

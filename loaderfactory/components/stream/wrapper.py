@@ -19,6 +19,7 @@ from loaderfactory.components.state import (
     UPSTREAM,
     UpstreamState,
     check_matching,
+    replay_length,
     require_int,
     require_keys,
     require_state,
@@ -234,6 +235,9 @@ class StreamWrapper:
             state[UPSTREAM] = self._snapshot
         return state
 
+    def _replay_length(self) -> int | None:
+        return replay_length(self._upstream_state is not None, self.stream_fn)
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the saved batch on the next iteration.
 
@@ -255,21 +259,6 @@ class StreamWrapper:
         self._epoch, self._in_epoch = epoch, in_epoch
         self._position, self._snapshot = position, None
         self._pending = dict(state)
-
-    def _replay_length(self) -> int | None:
-        """Batches of one pass of the stream when this wrapper replays it itself (standalone, sized).
-
-        In a ``Loader`` the slots before are restored separately and their ``len()`` may count only
-        the rest of their epoch, so ``position`` is not bounded by it there.
-        """
-        if self._upstream_state is not None:
-            return None
-        try:
-            return len(self.stream_fn)  # type: ignore[arg-type]  # TypeError below when unsized
-        except TypeError:
-            return None
-
-    # -- telemetry -----------------------------------------------------------------------------
 
     def telemetry(self) -> dict[str, Any]:
         """Consumer wait per batch, producer busy time, epochs: for the report."""

@@ -23,6 +23,7 @@ from loaderfactory.components.state import (
     StateFieldError,
     UpstreamState,
     check_matching,
+    replay_length,
     require_int,
     require_keys,
     require_state,
@@ -324,6 +325,9 @@ class ThreadBuffer(Generic[T]):
             state[UPSTREAM] = upstream
         return state
 
+    def _replay_length(self) -> int | None:
+        return replay_length(self._upstream_state is not None, self)
+
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the saved item (and echo) on the next ``iter()``.
 
@@ -345,19 +349,6 @@ class ThreadBuffer(Generic[T]):
             )
         self.close()
         self._pending = dict(state)
-
-    def _replay_length(self) -> int | None:
-        """Items of one pass when this buffer replays its source itself (standalone and sized).
-
-        In a ``Loader`` the slots before are restored separately and their ``len()`` may count only
-        the rest of their epoch, so ``consumed`` is not bounded by it there.
-        """
-        if self._upstream_state is not None:
-            return None
-        try:
-            return len(self)
-        except TypeError:  # an unsized source
-            return None
 
     def __enter__(self) -> ThreadBuffer[T]:
         return self
