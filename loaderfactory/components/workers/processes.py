@@ -11,6 +11,7 @@ consumer as its own type with the worker's traceback (see
 
 from __future__ import annotations
 
+import ctypes
 import math
 import multiprocessing
 import os
@@ -46,6 +47,11 @@ R = TypeVar("R")
 
 PARENT_CHECK_S = 0.5
 """How often a worker checks that its parent is alive where it has no parent sentinel to watch."""
+
+MMAP_THRESHOLD = 128 * 1024
+"""Bytes from which a worker's ``malloc`` maps each block on its own (glibc's initial value, held fixed)."""
+M_MMAP_THRESHOLD = -3
+"""glibc's ``mallopt`` parameter (``malloc.h``); setting it turns off the threshold's raising."""
 
 
 class _Tasks(Dataset[Any]):
@@ -95,9 +101,29 @@ class _WorkerInit:
         assert info is not None  # torch calls worker_init_fn inside its workers only
         set_worker_info(WorkerInfo(info.id, info.num_workers, info.seed, self.rank, "process"), process=True)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+        _hold_mmap_threshold()
         threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
         if self.user_init is not None:
             self.user_init(worker_id)
+
+
+def _hold_mmap_threshold() -> None:
+    """Hold glibc's mmap threshold fixed in this worker, so that freed large blocks leave its memory.
+
+    A worker allocates each result's tensors (and their temporaries) and frees them once they are
+    copied into shared memory for the parent. glibc raises its mmap threshold to the size of the
+    first large block freed; from then on such blocks come from the heap, which fragments and keeps
+    what they freed resident. In the queue benchmark (0.5 MiB items) each worker grew by about
+    110 MiB of private memory that way, and by 12 MiB with the threshold held. Costs a map, an unmap
+    and fresh page faults per block of 128 KiB or more, in the worker, off the consumer's path.
+    Without glibc (another libc, macOS, Windows) nothing changes.
+    """
+    try:
+        glibc = os.confstr("CS_GNU_LIBC_VERSION")
+    except (AttributeError, ValueError, OSError):  # no confstr (Windows), or no such name
+        return
+    if glibc:
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
 
 
 def _exit_with_parent(parent_pid: int) -> None:
@@ -227,7 +253,10 @@ class ProcessWorkers(Generic[K, R]):
         if out_of_descriptors(error):
             self._shutdown()
             return WorkerError(f"{self.name}: {fd_limit_advice()}")
-        if not isinstance(error, RuntimeError) and workers and wait([p.sentinel for p in workers], 0.5):
+        ended: set[Any] = set()
+        if not isinstance(error, RuntimeError) and workers:
+            ended = set(wait([p.sentinel for p in workers], 0.5))
+        if ended:
             # A worker killed while handing over a tensor breaks the connection a moment before it
             # exits. The exit watcher reaps it: let it finish, as two threads reaping one process
             # race in waitpid and the loser reads no exit code.
@@ -235,7 +264,9 @@ class ProcessWorkers(Generic[K, R]):
             if watcher is not None:
                 watcher.join(1.5)
         for index, process in enumerate(workers):
-            process.join(0.5 if process.exitcode is None and not process.is_alive() else 0)
+            # A closed sentinel means the process is exiting: give it a moment to become reapable.
+            dying = process.sentinel in ended or (process.exitcode is None and not process.is_alive())
+            process.join(0.5 if dying else 0)
             if process.exitcode is not None and process.exitcode != 0:
                 error_of_exit = exit_error(self.name, index, process)
                 self._shutdown()
