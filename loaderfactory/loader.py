@@ -6,9 +6,8 @@ import copy
 import time
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.data.sources import is_map_style
@@ -326,9 +325,9 @@ class Loader:
         return f"Loader({chain})"
 
 
-@dataclass(frozen=True)
-class Snapshot:
-    """The slots' positions as a stage read an item: tokens and states, built into a state on demand."""
+class Snapshot(NamedTuple):
+    """The slots' positions as a stage read an item: tokens and states, built into a state on demand
+    (a named tuple: one is made per item, so it must be cheap to make)."""
 
     parts: tuple[tuple[int, Any], ...]
     upstream: Any
