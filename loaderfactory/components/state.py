@@ -12,6 +12,10 @@ processes) have run their upstream further than the consumer got. They implement
 it right after pulling each item (on the thread that pulls), keep that snapshot next to the item,
 and report the snapshot of the last item their consumer took under :data:`UPSTREAM`.
 :class:`~loaderfactory.loader.Loader` binds the hook and restores each slot from those snapshots.
+Snapshots are taken after every item, so they must be cheap: a component whose ``state_dict()``
+costs more than a few attribute reads may also offer ``state_snapshot()`` (a small immutable
+token of what changes per item) and ``state_from_snapshot(token)`` (the ``state_dict()`` it stood
+for); the Loader then keeps tokens and builds states only when one is asked for.
 
 A stage that shards records ``world_size`` and ``rank`` and refuses a state saved for other
 values with :func:`check_matching`; any stage does the same for worker counts and for whatever
