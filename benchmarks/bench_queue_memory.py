@@ -67,23 +67,12 @@ def measure(worker_type: str) -> dict[str, float]:
     import torch
 
     torch.set_num_threads(1)
-    from compare_revisions import SlowVolumes
-
-    from loaderfactory import QueueDataset
+    from compare_revisions import slow_queue
 
     before = tree()
     peak = before
     start = time.perf_counter()
-    with QueueDataset(
-        SlowVolumes(),
-        epoch_size=STEPS,
-        mode="always",
-        num_workers=2,
-        worker_type=worker_type,
-        ram_budget=16_000_000,
-        batch_size=4,
-        seed=0,
-    ) as queue:
+    with slow_queue(worker_type, STEPS) as queue:
         for step, _ in enumerate(queue):
             time.sleep(0.005)
             if step % SAMPLE_EVERY == 0:

@@ -59,6 +59,22 @@ def first(items: list[Any]) -> Any:
     return items[0]
 
 
+def slow_queue(worker_type: str, steps: int = 300) -> Any:
+    """The queue workload: SlowVolumes, mode always, 2 workers, 16 MB budget, batch 4, ``steps`` per epoch."""
+    from loaderfactory import QueueDataset
+
+    return QueueDataset(
+        SlowVolumes(),
+        epoch_size=steps,
+        mode="always",
+        num_workers=2,
+        worker_type=worker_type,
+        ram_budget=16_000_000,
+        batch_size=4,
+        seed=0,
+    )
+
+
 def tree_pss_mb() -> float:
     import psutil
 
@@ -75,7 +91,7 @@ def measure(row: str) -> dict[str, float]:
 
     torch.set_num_threads(1)
     import loaderfactory
-    from loaderfactory import QueueDataset, ShardedDataLoader
+    from loaderfactory import ShardedDataLoader
 
     assert Path(loaderfactory.__file__).is_relative_to(Path.cwd()), "PYTHONPATH did not pick the checkout"
     from bench_sharded import CpuBound, Megabyte  # after loaderfactory: it must come from the checkout
@@ -85,16 +101,7 @@ def measure(row: str) -> dict[str, float]:
         before = tree_pss_mb()
         peak = before
         start = time.perf_counter()
-        with QueueDataset(
-            SlowVolumes(),
-            epoch_size=300,
-            mode="always",
-            num_workers=2,
-            worker_type=worker_type,
-            ram_budget=16_000_000,
-            batch_size=4,
-            seed=0,
-        ) as queue:
+        with slow_queue(worker_type) as queue:
             for step, _ in enumerate(queue):
                 time.sleep(0.005)
                 if step % 50 == 0:
