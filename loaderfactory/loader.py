@@ -5,15 +5,25 @@ from __future__ import annotations
 import copy
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from types import MappingProxyType
-from typing import Any, NamedTuple
+from typing import Any
 
 from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.data.sources import is_map_style
-from loaderfactory.components.state import UPSTREAM, StateFieldError, require_int, require_keys
+from loaderfactory.components.state import require_int, require_keys
 from loaderfactory.components.workers.lifecycle import close_component, stopping_together
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
+from loaderfactory.loader_state import (
+    Snapshot,
+    differences,
+    load_slot,
+    materialize,
+    saved_slots,
+    state_plan,
+    stateful,
+    take_snapshot,
+)
 from loaderfactory.stats import LoaderStats
 
 STATE_FORMAT = "loaderfactory.state/1"
@@ -42,7 +52,7 @@ class Loader:
         self.batches_in_epoch = 0
         self._resumed = False
         self._closed = False
-        self._plans = [_state_plan(slot, c) for slot, c in self._components.items()]
+        self._plans = [state_plan(slot, c) for slot, c in self._components.items()]
         # Stages that read ahead snapshot the slots before them after each item (see state_dict),
         # unless a slot before them cannot be saved: then state_dict() says so and nothing is taken.
         for index, component in enumerate(self._components.values()):
@@ -203,13 +213,13 @@ class Loader:
         require_keys(owner, state, ("epoch", "batches_in_epoch", "slots"))
         epoch = require_int(owner, state, "epoch")
         batches_in_epoch = require_int(owner, state, "batches_in_epoch")
-        differ = _differences(state.get("config"), self._config())
+        differ = differences(state.get("config"), self._config())
         if differ:
             shown = "; ".join(differ[:8]) + ("; ..." if len(differ) > 8 else "")
             raise ResumeError(
                 f"the state was saved from another config ({shown}); build the loader from the saved config"
             )
-        saved = _saved_slots(state["slots"])
+        saved = saved_slots(state["slots"])
         if list(saved) != list(self._components):
             raise ResumeError(
                 f"the state has slots {', '.join(saved)} but this loader has {', '.join(self._components)}"
@@ -220,7 +230,7 @@ class Loader:
                 raise ResumeError(
                     f"{slot}: the state is of a {saved[slot]['type']}, this slot holds a {kind}"
                 )
-            _stateful(slot, component)
+            stateful(slot, component)
         for slot, component in self._components.items():
             own = saved[slot]["state"]
             if is_map_style(component) and not hasattr(component, "load_state_dict"):
@@ -230,7 +240,7 @@ class Loader:
                         f"this dataset has {len(component)}"
                     )
                 continue
-            _load_slot(slot, component, own)
+            load_slot(slot, component, own)
         self.epoch = epoch
         self.batches_in_epoch = batches_in_epoch
         self._resumed = True
@@ -247,45 +257,10 @@ class Loader:
         return self._materialize(self._snapshot_upto(index))
 
     def _snapshot_upto(self, index: int) -> Snapshot:
-        """What :meth:`_state_upto` needs, taken cheaply: called after every item by the stages that
-        read ahead. A slot with ``state_snapshot()`` gives a small immutable token (its state is
-        built only when a state is asked for), a dataset without state gives nothing, any other
-        slot its ``state_dict()``; a stage that reads ahead passes on its own upstream snapshot."""
-        parts: list[tuple[int, Any]] = []
-        while index >= 0:
-            _, _, how, take = self._plans[index]
-            if take is not None:  # a token or a state
-                part = take()
-                if how == "state":
-                    part = dict(part)
-                    upstream = part.pop(UPSTREAM, None)
-                    if upstream is not None:
-                        parts.append((index, part))
-                        return Snapshot(tuple(parts), upstream)
-                parts.append((index, part))
-            else:
-                parts.append((index, None))
-            index -= 1
-        return Snapshot(tuple(parts), None)
+        return take_snapshot(self._plans, index)
 
     def _materialize(self, snapshot: Any) -> dict[str, Any]:
-        """The per-slot states a snapshot (or an already built state) stands for; the slot nearest
-        the consumer that cannot be saved raises first."""
-        if not isinstance(snapshot, Snapshot):
-            return dict(snapshot)
-        mine: list[tuple[str, dict[str, Any]]] = []
-        for index, part in snapshot.parts:
-            slot, component, how, _ = self._plans[index]
-            if how == "token":
-                mine.append((slot, dict(component.state_from_snapshot(part))))
-            elif how == "state":
-                mine.append((slot, part))
-            elif how == "length":
-                mine.append((slot, {"length": len(component)}))
-            else:
-                _stateful(slot, component)  # raises ResumeError naming the slot
-        upstream = {} if snapshot.upstream is None else self._materialize(snapshot.upstream)
-        return {**upstream, **dict(reversed(mine))}
+        return materialize(self._plans, snapshot)
 
     def _config(self) -> Any:
         """The config as far as it decides the batch sequence (each slot's ``speed_only`` fields left out)."""
@@ -325,14 +300,6 @@ class Loader:
         return f"Loader({chain})"
 
 
-class Snapshot(NamedTuple):
-    """The slots' positions as a stage read an item: tokens and states, built into a state on demand
-    (a named tuple: one is made per item, so it must be cheap to make)."""
-
-    parts: tuple[tuple[int, Any], ...]
-    upstream: Any
-
-
 class _UpstreamOf:
     """A snapshot of the slots up to ``index``; holds the loader weakly (threads call it)."""
 
@@ -345,81 +312,3 @@ class _UpstreamOf:
         if loader is None:
             return {}
         return loader._snapshot_upto(self._index)
-
-
-def _state_plan(slot: str, component: Any) -> tuple[str, Any, str, Callable[[], Any] | None]:
-    """``(slot, component, how, function)``: how the slot's state is taken, chosen once.
-
-    ``length``: a dataset without state, recorded by its length; ``token``: a slot with
-    ``state_snapshot()``/``state_from_snapshot()``; ``state``: its ``state_dict()``;
-    ``unsaveable``: building its state raises ``ResumeError`` naming ``slot``.
-    """
-    if is_map_style(component) and not hasattr(component, "state_dict"):
-        return slot, component, "length", None
-    snapshot = getattr(component, "state_snapshot", None)
-    if callable(snapshot) and callable(getattr(component, "state_from_snapshot", None)):
-        return slot, component, "token", snapshot
-    state_dict = getattr(component, "state_dict", None)
-    loads = callable(getattr(component, "load_state_dict", None))
-    if callable(state_dict) and (loads or is_map_style(component)):
-        return slot, component, "state", state_dict
-    return slot, component, "unsaveable", None
-
-
-def _stateful(slot: str, component: Any) -> Any:
-    if is_map_style(component):
-        return component
-    names = ("state_dict", "load_state_dict")
-    missing = [name for name in names if not callable(getattr(component, name, None))]
-    if missing:
-        raise ResumeError(
-            f"{slot}: a {type(component).__name__} has no {' or '.join(f'{m}()' for m in missing)}, so this "
-            "loader cannot be saved or resumed; implement the protocol in loaderfactory.components.state"
-        )
-    return component
-
-
-def _saved_slots(slots: Any) -> Mapping[str, Mapping[str, Any]]:
-    """The ``slots`` of a Loader state, each checked to be ``{"type": str, "state": dict}``."""
-    if not isinstance(slots, Mapping):
-        raise StateFieldError("Loader", "slots", f"must be a dict of slot -> {{type, state}}, got {slots!r}")
-    for slot, entry in slots.items():
-        if not isinstance(entry, Mapping):
-            raise StateFieldError("Loader", f"slots.{slot}", f"must be a dict {{type, state}}, got {entry!r}")
-        for key in ("type", "state"):
-            if key not in entry:
-                raise StateFieldError("Loader", f"slots.{slot}.{key}", "is missing")
-        if not isinstance(entry["type"], str):
-            raise StateFieldError(
-                "Loader", f"slots.{slot}.type", f"must be a class name, got {entry['type']!r}"
-            )
-        if not isinstance(entry["state"], Mapping):
-            raise StateFieldError(
-                "Loader",
-                f"slots.{slot}.state",
-                f"must be a dict (the component's state), got {entry['state']!r}",
-            )
-    return slots
-
-
-def _load_slot(slot: str, component: Any, state: Mapping[str, Any]) -> None:
-    """``component.load_state_dict(state)``, its refusal reported at the slot's path in the state."""
-    try:
-        component.load_state_dict(state)
-    except StateFieldError as err:
-        raise StateFieldError(err.owner, f"slots.{slot}.state.{err.field}", err.problem) from err
-    except ResumeError as err:
-        raise ResumeError(f"slots.{slot}.state: {err}") from err
-
-
-def _differences(saved: Any, current: Any, path: str = "") -> list[str]:
-    """Dotted paths where two JSON configs differ, with both values."""
-    if isinstance(saved, dict) and isinstance(current, dict):
-        found = []
-        for key in sorted(set(saved) | set(current), key=str):
-            where = f"{path}.{key}" if path else str(key)
-            found.extend(_differences(saved.get(key), current.get(key), where))
-        return found
-    if saved != current:
-        return [f"{path or '<root>'}: saved {saved!r}, now {current!r}"]
-    return []
