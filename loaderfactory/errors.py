@@ -61,6 +61,18 @@ class ResumeError(LoaderFactoryError, ValueError):
     """A saved state does not fit the loader it is loaded into (other config, worker count, world size)."""
 
 
+class ArgumentError(LoaderFactoryError, ValueError):
+    """A runtime constructor's argument that breaks one of its cheap invariants.
+
+    Configs meet the same rules earlier, in the specs; a builder reports this error at the config
+    field of :attr:`argument` (the constructor argument, named as the spec field it comes from).
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+
 class LimitError(LoaderFactoryError, ValueError):
     """A component's limit that only the data can break (an item larger than the whole RAM budget).
 

@@ -26,7 +26,12 @@ from loaderfactory.loader_state import (
 )
 from loaderfactory.stats import LoaderStats
 
-STATE_FORMAT = "loaderfactory.state/1"
+STATE_FORMAT = "loaderfactory.state/2"
+OLD_FORMATS = {
+    "loaderfactory.state/1": "its positions count one rank's batches, which mean nothing on another rank "
+    "or at another world size",
+}
+"""Formats this version refuses, with why."""
 
 
 class Loader:
@@ -185,8 +190,7 @@ class Loader:
                 "batches_in_epoch": self.batches_in_epoch,
                 "config": self._config(),
                 "slots": {
-                    slot: {"type": type(component).__name__, "state": slots[slot]}
-                    for slot, component in self._components.items()
+                    slot: {"kind": self._kind(slot), "state": slots[slot]} for slot in self._components
                 },
             }
         )
@@ -204,7 +208,14 @@ class Loader:
                 ``None``, of the wrong type or out of range is named by its path in the state
                 (``slots.loader.state.position``).
         """
-        if not isinstance(state, Mapping) or state.get("format") != STATE_FORMAT:
+        saved_format = state.get("format") if isinstance(state, Mapping) else None
+        if saved_format in OLD_FORMATS:
+            raise ResumeError(
+                f"the state is a {saved_format} state, saved by an older loaderfactory: "
+                f"{OLD_FORMATS[saved_format]}; this version reads {STATE_FORMAT}. Start the run afresh "
+                "(or resume it with the loaderfactory version that saved it)"
+            )
+        if saved_format != STATE_FORMAT:
             raise ResumeError(
                 f"not a Loader state (expected format {STATE_FORMAT!r}); "
                 "pass what Loader.state_dict() returned"
@@ -225,11 +236,9 @@ class Loader:
                 f"the state has slots {', '.join(saved)} but this loader has {', '.join(self._components)}"
             )
         for slot, component in self._components.items():
-            kind = type(component).__name__
-            if saved[slot]["type"] != kind:
-                raise ResumeError(
-                    f"{slot}: the state is of a {saved[slot]['type']}, this slot holds a {kind}"
-                )
+            kind, saved_kind = self._kind(slot), saved[slot]["kind"]
+            if None not in (kind, saved_kind) and saved_kind != kind:
+                raise ResumeError(f"{slot}: the state is of kind {saved_kind!r}, this slot is {kind!r}")
             stateful(slot, component)
         for slot, component in self._components.items():
             own = saved[slot]["state"]
@@ -244,6 +253,11 @@ class Loader:
         self.epoch = epoch
         self.batches_in_epoch = batches_in_epoch
         self._resumed = True
+
+    def _kind(self, slot: str) -> str | None:
+        """The slot's kind in the spec (``None`` without a spec, or for a dataset object of yours)."""
+        kind = getattr(getattr(self.spec, slot, None), "kind", None)
+        return kind if isinstance(kind, str) else None
 
     def _saveable_upto(self, index: int) -> bool:
         try:
@@ -263,14 +277,16 @@ class Loader:
         return materialize(self._plans, snapshot)
 
     def _config(self) -> Any:
-        """The config as far as it decides the batch sequence (each slot's ``speed_only`` fields left out)."""
+        """The config as far as it decides the batch sequence (each slot's ``speed_only`` and
+        ``rank_only`` fields left out)."""
         if self.spec is None or not hasattr(self.spec, "model_dump"):
             return None
         exclude: dict[str, Any] = {"run": True}
         for name in type(self.spec).model_fields:
-            speed_only = getattr(getattr(self.spec, name), "speed_only", None)
-            if speed_only:
-                exclude[name] = set(speed_only)
+            slot = getattr(self.spec, name)
+            free = set(getattr(slot, "speed_only", ())) | set(getattr(slot, "rank_only", ()))
+            if free:
+                exclude[name] = free
         return self.spec.model_dump(mode="json", exclude=exclude)
 
     def close(self) -> None:

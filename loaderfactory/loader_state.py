@@ -55,18 +55,18 @@ def stateful(slot: str, component: Any) -> Any:
 
 
 def saved_slots(slots: Any) -> Mapping[str, Mapping[str, Any]]:
-    """The ``slots`` of a Loader state, each checked to be ``{"type": str, "state": dict}``."""
+    """The ``slots`` of a Loader state, each checked to be ``{"kind": str | None, "state": dict}``."""
     if not isinstance(slots, Mapping):
-        raise StateFieldError("Loader", "slots", f"must be a dict of slot -> {{type, state}}, got {slots!r}")
+        raise StateFieldError("Loader", "slots", f"must be a dict of slot -> {{kind, state}}, got {slots!r}")
     for slot, entry in slots.items():
         if not isinstance(entry, Mapping):
-            raise StateFieldError("Loader", f"slots.{slot}", f"must be a dict {{type, state}}, got {entry!r}")
-        for key in ("type", "state"):
+            raise StateFieldError("Loader", f"slots.{slot}", f"must be a dict {{kind, state}}, got {entry!r}")
+        for key in ("kind", "state"):
             if key not in entry:
                 raise StateFieldError("Loader", f"slots.{slot}.{key}", "is missing")
-        if not isinstance(entry["type"], str):
+        if not isinstance(entry["kind"], str | None):
             raise StateFieldError(
-                "Loader", f"slots.{slot}.type", f"must be a class name, got {entry['type']!r}"
+                "Loader", f"slots.{slot}.kind", f"must be the slot's kind or null, got {entry['kind']!r}"
             )
         if not isinstance(entry["state"], Mapping):
             raise StateFieldError(

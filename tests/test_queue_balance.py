@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from loaderfactory.components.data.datasets import SyntheticDataset
+from loaderfactory.components.order import epoch_order
 from loaderfactory.components.queue.dataset import QueueDataset
 from loaderfactory.components.queue.draws import LeastDrawn
 from loaderfactory.components.queue.store import Entry
@@ -182,16 +183,20 @@ def test_restored_counts_steer_the_next_draws() -> None:
     """After ``load_state_dict`` (before or during a run) the items drawn least before the restart
     are drawn first, so a resumed run keeps the counts balanced."""
     dataset = SyntheticDataset(8, {"vol": {"shape": [2]}}, seed=0)
-    counts = [5, 5, 0, 5, 5, 2, 5, 5]
+    # The two items loaded last, so that the oldest items let out by each draw are others.
+    *_, mid, low = epoch_order(8, 0, 0, shuffle=True)
+    counts = [5] * 8
+    counts[low], counts[mid] = 0, 2
     state = {"draws": 34, "sampling_counts": counts}
     with QueueDataset(dataset, epoch_size=2, capacity=8, seed=0) as queue:
         queue.load_state_dict(state)
-        assert [b["index"].item() for b in queue] == [2, 2]  # 0 then 1 draws: still the least
+        assert [b["index"].item() for b in queue] == [low, low]  # 0 then 1 draws: still the least
     with QueueDataset(dataset, epoch_size=4, capacity=8, seed=0) as queue:
         queue.start()  # a live run: its held items are keyed afresh
         queue.load_state_dict(state)
-        assert sorted(b["index"].item() for b in queue) == [2, 2, 2, 5]
-        assert queue.sampling_counts.tolist() == [5, 5, 3, 5, 5, 3, 5, 5]
+        assert sorted(b["index"].item() for b in queue) == sorted([low, low, low, mid])
+        counts[low], counts[mid] = 3, 3
+        assert queue.sampling_counts.tolist() == counts
 
 
 def test_an_evicted_item_is_freed_at_once() -> None:

@@ -431,7 +431,13 @@ ACROSS_FIELDS = [
     ("TorchLoaderSpec", {"loader": {"kind": "torch", "prefetch_factor": 2}}, "need num_workers >= 1"),
     (
         "TorchLoaderSpec",
-        {"loader": {"kind": "torch", "batch_sampler": {"_target_": "collections.OrderedDict"}}},
+        {
+            "loader": {
+                "kind": "torch",
+                "batch_size": 2,
+                "batch_sampler": {"_target_": "collections.OrderedDict"},
+            }
+        },
         "batch_sampler excludes batch_size (null)",
     ),
     ("TorchLoaderSpec", {"loader": {"kind": "torch", "pin_memory_device": "cuda"}}, "needs pin_memory"),

@@ -8,14 +8,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loaderfactory.components.sharded import (
-    ShardPlanner,
-    assign_shards,
-    count_steps,
-    cut_steps,
-    epoch_permutation,
-    rank_size,
-)
+from loaderfactory.components.order import permutation as epoch_permutation
+from loaderfactory.components.order import rank_count as rank_size
+from loaderfactory.components.order import rank_part as assign_shards
+from loaderfactory.components.sharded import ShardPlanner, count_steps, cut_steps
 
 lengths = st.integers(min_value=1, max_value=300)
 world_sizes = st.integers(min_value=1, max_value=4)
@@ -94,10 +90,16 @@ def test_every_rank_takes_the_same_steps_each_epoch(
         counts = [p.count(len(c)) for p, c in zip(planners, carries, strict=True)]
         assert counts == [len(plan.steps) for plan in plans]
         assert len(set(counts)) == 1
-        if balance == "drop" and last_batch != "keep":
-            # What a rank carried in was drawn last epoch; this epoch's draws never overlap.
-            fresh = [set((_flat(plan.steps) + plan.carry_out)[len(plan.carry_in) :]) for plan in plans]
-            assert all(not (a & b) for i, a in enumerate(fresh) for b in fresh[i + 1 :])
+        if last_batch == "rollover" or (balance == "drop" and last_batch == "discard"):
+            # Each entry of the epoch's pool (rollover carried in, then the order) is drawn at most
+            # once over all ranks; with rollover, what is not drawn is carried.
+            pool = Counter(plans[0].carry_in + epoch_permutation(n, seed, epoch))
+            drawn = Counter(i for plan in plans for i in _flat(plan.steps))
+            if last_batch == "rollover":
+                assert drawn + Counter(plans[0].carry_out) == pool
+            assert all(drawn[i] <= pool[i] for i in drawn)
+        # The rollover is the epoch's, the same on every rank, so any rank's state resumes them all.
+        assert all(plan.carry_out == plans[0].carry_out for plan in plans)
         carries = [plan.carry_out for plan in plans]
 
 

@@ -65,20 +65,21 @@ CASES: list[tuple[str, Any, str]] = [
     # -- torch: 6 batches per epoch
     ("torch", None, T + r"a state must be a dict .* got NoneType"),
     ("torch", [], T + r"a state must be a dict .* got list"),
-    ("torch", {}, T + r"state field 'epoch' is missing \(so are 'position', 'seed'\)"),
+    ("torch", {}, T + r"state field 'epoch' is missing \(so are 'position', 'steps', 'seed'\)"),
     ("torch", {"position": DROP}, T + r"state field 'position' is missing"),
-    ("torch", {"position": None}, T + r"state field 'position' must be an int in \[0, 6\], got None"),
-    ("torch", {"position": -1}, T + r"state field 'position' must be an int in \[0, 6\], got -1"),
-    ("torch", {"position": 7}, T + r"state field 'position' must be an int in \[0, 6\], got 7"),
-    ("torch", {"position": 10**12}, T + r"state field 'position' must be an int in \[0, 6\]"),
+    ("torch", {"position": None}, T + r"state field 'position' must be an int in \[0, 23\], got None"),
+    ("torch", {"position": -1}, T + r"state field 'position' must be an int in \[0, 23\], got -1"),
+    ("torch", {"position": 24}, T + r"state field 'position' must be an int in \[0, 23\], got 24"),
+    ("torch", {"position": 10**12}, T + r"state field 'position' must be an int in \[0, 23\]"),
+    ("torch", {"steps": -1}, T + r"state field 'steps' must be an int >= 0, got -1"),
     ("torch", {"position": "2"}, T + r"state field 'position' must be an int .*, got '2'"),
     ("torch", {"position": 2.0}, T + r"state field 'position' must be an int .*, got 2.0"),
     ("torch", {"position": True}, T + r"state field 'position' must be an int .*, got True"),
     ("torch", {"epoch": -1}, T + r"state field 'epoch' must be an int >= 0, got -1"),
     ("torch", {"epoch": None}, T + r"state field 'epoch' must be an int >= 0, got None"),
     ("torch", {"seed": None}, T + r"state field 'seed' must be an int, got None"),
-    ("torch", {"world_size": 2}, T + r".*world_size: saved 2, this one has 1"),
-    ("torch", {"rank": 1}, T + r".*rank: saved 1, this one has 0"),
+    ("torch", {"shuffle": False}, T + r".*shuffle: saved False, this one has True"),
+    ("torch", {"length": 24}, T + r".*length: saved 24, this one has 23"),
     ("torch", {"batch_size": 5}, T + r".*batch_size: saved 5, this one has 4"),
     # -- thread buffer: 10 items per pass (5 echoed twice)
     ("thread", {}, B + r"state field 'consumed' is missing"),
@@ -104,26 +105,26 @@ CASES: list[tuple[str, Any, str]] = [
     ("stream", {"position": 6}, S + r"state field 'position' must be an int in \[0, 5\], got 6"),
     ("stream", {"position": -2}, S + r"state field 'position' must be an int in \[0, 5\], got -2"),
     ("stream", {"epoch_size": 3}, S + r".*epoch_size: saved 3, this one has 4"),
-    # -- sharded: 2 steps of 4 per epoch (3 with a full rollover), 22 items
-    ("sharded", {}, SH + r"state field 'epoch' is missing \(so are 'step', 'carry'\)"),
+    # -- sharded: 22 items, 2 steps of 4 per rank (16 positions) and a rollover of 6 an epoch
+    ("sharded", {}, SH + r"state field 'epoch' is missing \(so are 'position', 'steps', 'carry', 'seed'\)"),
     ("sharded", None, SH + r"a state must be a dict"),
     ("sharded", {"epoch": None}, SH + r"state field 'epoch' must be an int >= 0, got None"),
     ("sharded", {"epoch": -1}, SH + r"state field 'epoch' must be an int >= 0, got -1"),
-    ("sharded", {"step": -1}, SH + r"state field 'step' must be an int in \[0, 2\], got -1"),
-    ("sharded", {"step": 99}, SH + r"state field 'step' must be an int in \[0, 2\], got 99"),
+    ("sharded", {"position": -1}, SH + r"state field 'position' must be an int in \[0, 22\], got -1"),
+    ("sharded", {"position": 99}, SH + r"state field 'position' must be an int in \[0, 22\], got 99"),
     (
         "sharded",
-        {"step": 4, "carry": [1, 2, 3]},
-        SH + r"state field 'step' must be an int in \[0, 3\], got 4",
+        {"position": 26, "carry": [1, 2, 3]},
+        SH + r"state field 'position' must be an int in \[0, 25\], got 26",
     ),
-    ("sharded", {"step": "1"}, SH + r"state field 'step' must be an int .*, got '1'"),
-    ("sharded", {"carry": None}, SH + r"state field 'carry' must be a list of at most 3 ints in \[0, 21\]"),
+    ("sharded", {"steps": "1"}, SH + r"state field 'steps' must be an int .*, got '1'"),
+    ("sharded", {"seed": 2}, SH + r".*seed: saved 2, this one has 1"),
+    ("sharded", {"carry": None}, SH + r"state field 'carry' must be a list of at most 7 ints in \[0, 21\]"),
     ("sharded", {"carry": [-1]}, SH + r"state field 'carry' must be .*; entry 0 is -1"),
     ("sharded", {"carry": [5, 22]}, SH + r"state field 'carry' must be .*; entry 1 is 22"),
     ("sharded", {"carry": [1.5]}, SH + r"state field 'carry' must be .*; entry 0 is 1.5"),
-    ("sharded", {"carry": [1, 2, 3, 4]}, SH + r"state field 'carry' must be .*, got 4 entries"),
-    ("sharded", {"world_size": 4}, SH + r".*world_size: saved 4, this one has 2"),
-    ("sharded", {"rank": 1}, SH + r".*rank: saved 1, this one has 0"),
+    ("sharded", {"carry": list(range(8))}, SH + r"state field 'carry' must be .*, got 8 entries"),
+    ("sharded", {"world_size": 0}, SH + r"state field 'world_size' must be an int >= 1, got 0"),
     ("sharded", {"batch_size": 2}, SH + r".*batch_size: saved 2, this one has 4"),
     ("sharded", {"num_shards": 2}, SH + r".*num_shards: saved 2, this one has 1"),
     # -- queue: 6 batches per epoch, 8 items
@@ -201,30 +202,20 @@ def test_field_errors_carry_the_field() -> None:
         loader.load_state_dict({**loader.state_dict(), "position": -1})
     error = caught.value
     assert (error.owner, error.field) == ("loader (torch)", "position")
-    assert error.problem == "must be an int in [0, 6], got -1" and isinstance(error, ValueError)
-
-
-def test_sharded_state_saved_before_the_layout_was_recorded_still_loads() -> None:
-    """A sharded state without world_size, rank, batch_size and num_shards loads as before."""
-    first = COMPONENTS["sharded"]()
-    whole = [b.tolist() for b in first]
-    old = {"epoch": 0, "step": 1, "carry": []}
-    resumed = COMPONENTS["sharded"]()
-    resumed.load_state_dict(old)
-    assert [b.tolist() for b in resumed] == whole[1:]
+    assert error.problem == "must be an int in [0, 23], got -1" and isinstance(error, ValueError)
 
 
 def test_sharded_mid_epoch_state_with_rollover_resumes() -> None:
     """A state taken mid-epoch with a rollover loads, and the rest of that epoch follows."""
     loader = COMPONENTS["sharded"]()
-    list(loader)  # epoch 0 leaves a rollover of 3
+    list(loader)  # epoch 0 leaves a rollover of 6 (of the epoch, for both ranks)
     reference = [b.tolist() for b in loader]
     again = COMPONENTS["sharded"]()
     list(again)
     batches = iter(again)
     next(batches)
     state = json.loads(json.dumps(again.state_dict()))
-    assert state["step"] == 1 and len(state["carry"]) == 3
+    assert state["steps"] == 1 and state["position"] == 8 and len(state["carry"]) == 6
     restored = COMPONENTS["sharded"]()
     restored.load_state_dict(state)
     assert [b.tolist() for b in restored] == reference[1:]
@@ -304,16 +295,17 @@ LOADER_CASES: list[tuple[str, Any, str]] = [
     ("slots.loader", None, r"^Loader: state field 'slots.loader' must be a dict"),
     ("slots.loader.state", DROP, r"^Loader: state field 'slots.loader.state' is missing"),
     ("slots.loader.state", None, r"^Loader: state field 'slots.loader.state' must be a dict"),
-    ("slots.loader.type", 3, r"^Loader: state field 'slots.loader.type' must be a class name"),
+    ("slots.loader.kind", 3, r"^Loader: state field 'slots.loader.kind' must be the slot's kind or null"),
+    ("slots.loader.kind", "sharded", r"^loader: the state is of kind 'sharded', this slot is 'torch'"),
     (
         "slots.loader.state.position",
         -1,
-        r"^loader \(torch\): state field 'slots.loader.state.position' must be an int in \[0, 6\], got -1",
+        r"^loader \(torch\): state field 'slots.loader.state.position' must be an int in \[0, 23\], got -1",
     ),
     (
         "slots.loader.state.position",
         10**9,
-        r"^loader \(torch\): state field 'slots.loader.state.position' must be an int in \[0, 6\]",
+        r"^loader \(torch\): state field 'slots.loader.state.position' must be an int in \[0, 23\]",
     ),
     (
         "slots.loader.state.epoch",
@@ -326,10 +318,11 @@ LOADER_CASES: list[tuple[str, Any, str]] = [
         r"^loader \(torch\): state field 'slots.loader.state.epoch' is missing",
     ),
     (
-        "slots.loader.state.world_size",
+        "slots.loader.state.batch_size",
         2,
-        r"^slots.loader.state: loader \(torch\): .*world_size: saved 2, this one has 1",
+        r"^slots.loader.state: loader \(torch\): .*batch_size: saved 2, this one has 4",
     ),
+    ("format", "loaderfactory.state/1", r"^the state is a loaderfactory.state/1 state, saved by an older"),
     (
         "slots.stream.state.in_epoch",
         9,

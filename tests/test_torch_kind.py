@@ -256,6 +256,14 @@ def test_batch_sampler_by_target_makes_the_batches() -> None:
         assert [ids(b) for b in loader] == [[6, 5, 4], [3, 2, 1], [0]]
 
 
+def test_batch_sampler_without_batch_size_means_batch_size_null() -> None:
+    """As with torch's DataLoader(ds, batch_sampler=...), leaving batch_size out is batch_size null."""
+    batch_sampler = {"_target_": "torch.utils.data.BatchSampler", "sampler": [3, 1, 2], "batch_size": 2}
+    batch_sampler["drop_last"] = False
+    with build_loader(torch_config(batch_sampler=batch_sampler)) as loader:
+        assert [ids(b) for b in loader] == [[3, 1], [2]]
+
+
 def test_batch_sampler_from_compose_resumes() -> None:
     """A batch sampler set by overrides builds, and a restored loader yields the batches left."""
     overrides = [

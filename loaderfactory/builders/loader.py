@@ -14,7 +14,7 @@ from loaderfactory.builders.targets import instantiate_target, instantiate_with_
 from loaderfactory.components.data.sources import as_dataset
 from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.config.specs.loader import TorchLoaderSpec
-from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
 
 
 def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildContext) -> ResumableDataLoader:
@@ -74,8 +74,8 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
             **samplers,
             **kwargs,
         )
-    except ValueError as err:  # the spec checked every rule it could; what is left is about the dataset
-        raise ConfigError(ConfigProblem("loader", str(err))) from err
+    except ArgumentError as err:  # the spec checked every rule it could; what is left is about the dataset
+        raise ConfigError(ConfigProblem(f"loader.{err.argument}", str(err))) from err
 
 
 def _check_ranks(dataset: Any, samplers: dict[str, Any], world_size: int) -> None:

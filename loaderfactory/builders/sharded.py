@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import warnings
 from typing import Any
 
@@ -15,7 +14,7 @@ from loaderfactory.builders.targets import instantiate_with_dataset
 from loaderfactory.components.sharded import ShardedDataLoader
 from loaderfactory.config.specs.sharded import ShardedLoaderSpec
 from loaderfactory.config.specs.target import SamplerTargetSpec
-from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
 
 
 def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildContext) -> ShardedDataLoader:
@@ -56,8 +55,8 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
             timeout=spec.timeout,
             multiprocessing_context=spec.multiprocessing_context,
         )
-    except ValueError as err:
-        raise ConfigError(ConfigProblem(_config_path(str(err)), str(err))) from err
+    except ArgumentError as err:
+        raise ConfigError(ConfigProblem(_config_path(err.argument), str(err))) from err
     empty = loader.planner.why_empty()
     if empty is not None:
         # A warning, not an error: the dataset's length is data, not config (a small validation
@@ -67,9 +66,8 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
     return loader
 
 
-def _config_path(message: str) -> str:
-    """The field a runtime argument error is about: its message starts with the argument's name."""
-    argument = re.split(r"[^a-z_]", message, maxsplit=1)[0]
+def _config_path(argument: str) -> str:
+    """The config field of a constructor argument (``rank`` and ``world_size`` come from ``distributed``)."""
     if argument in ("rank", "world_size"):
         argument = "distributed"
     return f"loader.{argument}" if argument in ShardedLoaderSpec.model_fields else "loader"

@@ -1,16 +1,15 @@
-"""A ``torch.utils.data.DataLoader`` that can stop after any batch and resume after it.
+"""A ``torch.utils.data.DataLoader`` that can stop after any batch and resume after it, on any rank.
 
-The order of an epoch depends only on ``(seed, epoch)``, and the sampler can start at any batch,
-so a restored loader skips the batches already delivered without loading them, with or without
-worker processes (the sampler runs in the main process; workers only load the indices it hands
-out). Worker base seeds are drawn from a generator seeded by ``(seed, epoch)`` too.
+The order of an epoch comes from :mod:`loaderfactory.components.order` (a function of
+``(seed, epoch)``, the same on every rank), and the sampler can start at any position of it, so a
+restored loader skips what was already delivered without loading it, with or without worker
+processes (the sampler runs in the main process; workers only load the indices it hands out).
+Worker base seeds are drawn from a generator seeded by ``(seed, epoch)`` too.
 """
 
 from __future__ import annotations
 
 import itertools
-import math
-import secrets
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -18,11 +17,20 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
 
-from loaderfactory.components.sharded.sampling import Balance, assign_shards, rank_size
+from loaderfactory.components.order import (
+    Balance,
+    advance,
+    batch_count,
+    batches,
+    epoch_order,
+    rank_count,
+    rank_part,
+)
+from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
 from loaderfactory.components.workers.exits import stop_workers
 from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
-from loaderfactory.errors import ResumeError
+from loaderfactory.errors import ArgumentError, ResumeError
 
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -35,10 +43,10 @@ def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
 class ResumableSampler(Sampler[Any]):
     """This rank's indices of ``length`` items, in batches of ``batch_size`` (single indices when ``None``).
 
-    The order of an epoch is a function of ``(seed, epoch)``, the same on every rank; each rank
-    takes its strided part of it (``balance``: see
-    :func:`~loaderfactory.components.sharded.sampling.assign_shards`). :attr:`epoch` and
-    :attr:`start` (the first batch to yield) are set by the loader before each pass.
+    The order of an epoch is :func:`~loaderfactory.components.order.epoch_order`, the same on every
+    rank; each rank takes its strided part of it (``balance``). :attr:`epoch`, :attr:`start` (the
+    position in the epoch's order to go on from) and :attr:`done` (batches delivered before it) are
+    set by the loader before each pass.
     """
 
     def __init__(
@@ -51,6 +59,7 @@ class ResumableSampler(Sampler[Any]):
         rank: int = 0,
         world_size: int = 1,
         balance: Balance = "pad",
+        dataset: Any = None,
     ) -> None:
         self.length = length
         self.batch_size = batch_size
@@ -60,34 +69,29 @@ class ResumableSampler(Sampler[Any]):
         self.rank = rank
         self.world_size = world_size
         self.balance = balance
+        self.dataset = dataset
         self.epoch = 0
         self.start = 0
+        self.done = 0
 
     def __len__(self) -> int:
-        items = rank_size(self.length, self.rank, self.world_size, self.balance)
-        if self.batch_size is None:
-            return items
-        if self.drop_last:
-            return items // self.batch_size
-        return math.ceil(items / self.batch_size)
+        return self.done + self.count(self.start)
 
-    def order(self, epoch: int) -> list[int]:
-        """This rank's indices of ``epoch``."""
-        if self.shuffle:
-            generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch))
-            order = torch.randperm(self.length, generator=generator).tolist()
-        else:
-            order = list(range(self.length))
-        return assign_shards(order, self.rank, self.world_size, self.balance)
+    def count(self, start: int) -> int:
+        """Batches (items, unbatched) this rank yields from position ``start`` to the epoch's end."""
+        items = rank_count(self.length - start, self.rank, self.world_size, self.balance)
+        return items if self.batch_size is None else batch_count(items, self.batch_size, self.drop_last)
+
+    def position_after(self, delivered: int) -> int:
+        """The position in the epoch's order after ``delivered`` batches from :attr:`start`."""
+        return advance(self.start, delivered, self.world_size, self.batch_size or 1, self.length)
 
     def __iter__(self) -> Iterator[Any]:
-        order = self.order(self.epoch)
-        size = self.batch_size
-        if size is None:
-            yield from order[self.start :]
-            return
-        for number in range(self.start, len(self)):
-            yield order[number * size : (number + 1) * size]
+        order = epoch_order(self.length, self.seed, self.epoch, self.shuffle, self.dataset)
+        mine = rank_part(order, self.rank, self.world_size, self.balance, self.start)
+        if self.batch_size is None:
+            return iter(mine)
+        return iter(batches(mine, self.batch_size, self.drop_last))
 
 
 class ReplayedSampler(Sampler[Any]):
@@ -102,6 +106,11 @@ class ReplayedSampler(Sampler[Any]):
         self.inner = inner
         self.epoch = 0
         self.start = 0
+        self.done = 0
+
+    def position_after(self, delivered: int) -> int:
+        """Entries of the sampler consumed after ``delivered`` more from :attr:`start`."""
+        return self.start + delivered
 
     def __len__(self) -> int:
         return len(self.inner)  # type: ignore[arg-type]  # TypeError for an unsized sampler, as torch's
@@ -165,7 +174,7 @@ class ResumableDataLoader(DataLoader[Any]):
         **kwargs: Any,
     ) -> None:
         self.seed_given = seed is not None
-        self.seed = seed if seed is not None else secrets.randbits(63)
+        self.seed = seed if seed is not None else agreed_seed(world_size)
         self.shuffle = shuffle
         self.drop_batch = drop_last
         self.map_style = not isinstance(dataset, IterableDataset)
@@ -182,23 +191,28 @@ class ResumableDataLoader(DataLoader[Any]):
                 super().__init__(dataset, batch_sampler=plan, generator=generator, **kwargs)
         else:
             if shuffle or sampler is not None or batch_sampler is not None:
-                raise ValueError(
+                given = "shuffle" if shuffle else "sampler" if sampler is not None else "batch_sampler"
+                raise ArgumentError(
+                    given,
                     "an iterable dataset yields its own order: shuffle, sampler and batch_sampler "
-                    "need a map-style dataset (len and [i])"
+                    "need a map-style dataset (len and [i])",
                 )
             if world_size > 1:
-                raise ValueError(
+                raise ArgumentError(
+                    "distributed",
                     f"an iterable dataset cannot be split between {world_size} ranks by the loader; "
-                    "split it by rank in the dataset itself"
+                    "split it by rank in the dataset itself",
                 )
             super().__init__(
                 dataset, batch_size=batch_size, drop_last=drop_last, generator=generator, **kwargs
             )
         self.items_per_batch = None if batch_sampler is not None else batch_size
         self._epoch = 0
-        self._position = 0
+        self._start = 0  # the position this pass went on from
+        self._done = 0  # batches delivered before it
+        self._delivered_now = 0  # batches this pass delivered
         self._active = False
-        self._pending: tuple[int, int] | None = None
+        self._pending: tuple[int, int, int] | None = None  # (epoch, position, steps) of a loaded state
         self._token = 0
 
     def _plan(
@@ -213,37 +227,41 @@ class ResumableDataLoader(DataLoader[Any]):
     ) -> ResumableSampler | ReplayedSampler:
         if batch_sampler is not None:
             if sampler is not None or shuffle or drop_last or batch_size is not None:
-                raise ValueError(
+                raise ArgumentError(
+                    "batch_sampler",
                     "batch_sampler makes the batches itself: leave batch_size None and "
-                    "shuffle, sampler and drop_last unset"
+                    "shuffle, sampler and drop_last unset",
                 )
             return ReplayedSampler(batch_sampler)
         if sampler is not None:
             if shuffle:
-                raise ValueError("sampler gives the order itself: leave shuffle False")
+                raise ArgumentError("shuffle", "sampler gives the order itself: leave shuffle False")
             if batch_size is None:
                 return ReplayedSampler(sampler)
             return ReplayedSampler(BatchSampler(sampler, batch_size, drop_last))
         if batch_size is None and drop_last:
-            raise ValueError("drop_last needs batches: batch_size None passes items through unbatched")
+            raise ArgumentError(
+                "drop_last", "drop_last needs batches: batch_size None passes items through unbatched"
+            )
         length = len(dataset)  # type: ignore[arg-type]  # map-style datasets are sized
         return ResumableSampler(
-            length, batch_size, shuffle, drop_last, self.seed, self.rank, self.world_size, balance
+            length, batch_size, shuffle, drop_last, self.seed, self.rank, self.world_size, balance, dataset
         )
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
         if self._pending is not None:
-            epoch, position = self._pending
+            epoch, position, done = self._pending
             self._pending = None
         elif self._active:
-            epoch, position = self._epoch + 1, 0  # the last pass was left unfinished: a new epoch
+            epoch, position, done = self._epoch + 1, 0, 0  # the last pass was left unfinished: a new epoch
         else:
-            epoch, position = self._epoch, 0
-        self._epoch, self._position, self._active = epoch, position, True
+            epoch, position, done = self._epoch, 0, 0
+        self._epoch, self._start, self._done, self._delivered_now = epoch, position, done, 0
+        self._active = True
         self._token += 1
         if self._sampler is not None:
             self._sampler.epoch = epoch
-            self._sampler.start = position
+            self._sampler.start, self._sampler.done = position, done
         self.generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, salt=1))
         return _count(weakref.ref(self), self._token, super().__iter__())
 
@@ -254,16 +272,20 @@ class ResumableDataLoader(DataLoader[Any]):
         adds the batches it already took to what a restored pass yields. Counting only the rest would
         also go stale once a pass is abandoned, when the next pass is a whole epoch again.
         """
+        if self._pending is not None and self._sampler is not None:
+            _, position, done = self._pending
+            if isinstance(self._sampler, ResumableSampler):
+                return done + self._sampler.count(position)
         return super().__len__()
 
     def _delivered(self, token: int) -> None:
         if token == self._token:
-            self._position += 1
+            self._delivered_now += 1
 
     def _finished(self, token: int) -> None:
         if token == self._token:
             self._epoch += 1
-            self._position = 0
+            self._start = self._done = self._delivered_now = 0
             self._active = False
 
     def set_epoch(self, epoch: int) -> None:
@@ -277,7 +299,13 @@ class ResumableDataLoader(DataLoader[Any]):
         if self._pending is not None and self._pending[0] == epoch:
             return
         self._pending = None
-        self._epoch, self._position, self._active = epoch, 0, False
+        self._epoch, self._start, self._done, self._delivered_now = epoch, 0, 0, 0
+        self._active = False
+
+    @property
+    def elastic(self) -> bool:
+        """Whether a saved position means the same at any world size: the order is ours, not a sampler's."""
+        return isinstance(self._sampler, ResumableSampler)
 
     def _settings(self) -> dict[str, Any]:
         """What decides the batch sequence; a state saved under other values is refused."""
@@ -292,7 +320,6 @@ class ResumableDataLoader(DataLoader[Any]):
             "shuffle": self.shuffle,
             "sampler": self._custom if self._custom != "NoneType" else None,
             "world_size": self.world_size,
-            "rank": self.rank,
         }
         if not self.map_style:
             # Without a sampler the workers' interleaving decides the order.
@@ -301,49 +328,64 @@ class ResumableDataLoader(DataLoader[Any]):
         return settings
 
     def state_dict(self) -> dict[str, Any]:
-        """Epoch, batches handed out in it, seed and the settings a restored loader must share."""
+        """The same on every rank: epoch, position in its order, batches delivered, seed and the
+        settings a restored loader must share."""
         return self.state_from_snapshot(self.state_snapshot())
 
-    def state_snapshot(self) -> tuple[int, int]:
-        """``(epoch, position)``: all of the state that changes per batch, cheap to take after each
-        one (a stage reading ahead does); :meth:`state_from_snapshot` builds the state from it."""
-        return self._pending if self._pending is not None else (self._epoch, self._position)
+    def state_snapshot(self) -> tuple[int, int, int]:
+        """``(epoch, position, steps)``: all of the state that changes per batch, cheap to take after
+        each one (a stage reading ahead does); :meth:`state_from_snapshot` builds the state from it."""
+        if self._pending is not None:
+            return self._pending
+        delivered = self._delivered_now
+        position = self._sampler.position_after(delivered) if self._sampler is not None else delivered
+        return self._epoch, position, self._done + delivered
 
-    def state_from_snapshot(self, snapshot: tuple[int, int]) -> dict[str, Any]:
+    def state_from_snapshot(self, snapshot: tuple[int, int, int]) -> dict[str, Any]:
         """The :meth:`state_dict` this loader had when :meth:`state_snapshot` returned ``snapshot``."""
         if not self.map_style and self.num_workers > 0:
             raise ResumeError(
                 "loader (torch): an iterable dataset read by worker processes keeps its position "
                 "inside the workers; resume needs num_workers=0 or a map-style dataset"
             )
-        epoch, position = snapshot
-        return {"epoch": epoch, "position": position, "seed": self.seed, **self._settings()}
+        epoch, position, steps = snapshot
+        return {"epoch": epoch, "position": position, "steps": steps, "seed": self.seed, **self._settings()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Continue at the saved epoch and batch on the next ``iter()``.
+        """Continue at the saved epoch and position on the next ``iter()``.
+
+        The state of any rank resumes every rank; one saved at another world size resumes too (the
+        rest of the epoch is split between the ranks there are now), unless a sampler of yours gives
+        the order.
 
         Raises:
-            ResumeError: the state was saved under other settings (batch size, world size, ...), or
-                a field is missing, of the wrong type, or out of range (a position past the epoch).
+            ResumeError: the state was saved under other settings (batch size, shuffle, ...), or a
+                field is missing, of the wrong type, or out of range (a position past the epoch).
         """
         owner = "loader (torch)"
         state = require_state(owner, state)
-        require_keys(owner, state, ("epoch", "position", "seed"))
-        check_matching(owner, state, self._settings())
+        require_keys(owner, state, ("epoch", "position", "steps", "seed"))
+        settings = dict(self._settings())
+        if self.elastic:
+            settings.pop("world_size")
+        check_matching(owner, state, settings)
         epoch = require_int(owner, state, "epoch")
-        position = require_int(owner, state, "position", high=self._batches_per_epoch())
+        position = require_int(owner, state, "position", high=self._epoch_end())
+        steps = require_int(owner, state, "steps")
         seed = require_int(owner, state, "seed", low=None)
         if self.seed_given and seed != self.seed:
             check_matching(owner, state, {"seed": self.seed})
         self.seed = seed
         if isinstance(self._sampler, ResumableSampler):
             self._sampler.seed = self.seed
-        self._pending = (epoch, position)
+        self._pending = (epoch, position, steps)
         self._active = False
 
-    def _batches_per_epoch(self) -> int | None:
-        """Batches of a whole epoch where the sampler knows it; ``None`` for an iterable dataset
-        (its own slot keeps its position, and its ``len()`` may already count only the rest)."""
+    def _epoch_end(self) -> int | None:
+        """The largest position: the epoch's length in items, or in batches of a sampler of yours;
+        ``None`` for an iterable dataset (its own slot keeps its position) or an unsized sampler."""
+        if isinstance(self._sampler, ResumableSampler):
+            return self._sampler.length
         if self._sampler is None:
             return None
         try:

@@ -12,9 +12,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
-import torch
-
 from loaderfactory.components.data.batch_utils import batch_nbytes
+from loaderfactory.components.order import epoch_order
 from loaderfactory.components.queue.store import Entry, QueueStore, StoreClosed
 from loaderfactory.components.workers.info import worker_seed
 from loaderfactory.components.workers.lifecycle import finish_threads, stopping_together
@@ -25,14 +24,14 @@ Loaded = tuple[int, Any, int]
 """``(index, item, nbytes)``: what a worker hands the filler."""
 
 
-def index_order(length: int, seed: int) -> Iterator[int]:
-    """Dataset indices without end: each pass is a fresh seeded permutation of ``range(length)``.
+def index_order(length: int, seed: int, dataset: Any = None) -> Iterator[int]:
+    """Dataset indices without end: pass ``n`` is epoch ``n``'s shuffled order of the order engine
+    (:func:`~loaderfactory.components.order.epoch_order`), as the loaders shuffle with ``seed``.
 
     So every item is loaded once per pass before any item is loaded a second time.
     """
     for number in itertools.count():
-        generator = torch.Generator().manual_seed((seed * 1_000_003 + number) % 2**63)
-        yield from torch.randperm(length, generator=generator).tolist()
+        yield from epoch_order(length, seed, number, True, dataset)
 
 
 class LoadItem:
@@ -105,7 +104,7 @@ class Filler:
             self.workers = ThreadWorkers(task, seeds, window=num_workers, name=name)
         # Worker processes start here, before the filler thread: forking a process that runs
         # threads risks deadlocks (Python 3.12 warns), and the consumer's thread may be the only one.
-        results = self.workers.run(index_order(len(dataset), seed))
+        results = self.workers.run(index_order(len(dataset), seed, dataset))
         self._thread = threading.Thread(
             target=self._fill, args=(results,), name=f"{name}-filler", daemon=True
         )

@@ -1,13 +1,14 @@
 """The cheap checks of :class:`~loaderfactory.components.sharded.ShardedDataLoader`'s arguments.
 
-Each raises ``ValueError``; a message starts with the argument to change where there is one, so a
-builder can point at its config field. Configs get the same rules, with every problem at once, from
-:class:`~loaderfactory.config.specs.sharded.ShardedLoaderSpec`.
+Each raises :class:`~loaderfactory.errors.ArgumentError` (a ``ValueError``) naming the argument to
+change, so a builder can point at its config field. Configs get the same rules, with every problem
+at once, from :class:`~loaderfactory.config.specs.sharded.ShardedLoaderSpec`.
 """
 
 from __future__ import annotations
 
 from loaderfactory.components.sharded.sampling import BALANCE, LAST_BATCH
+from loaderfactory.errors import ArgumentError
 
 
 def check_sampling(
@@ -19,13 +20,15 @@ def check_sampling(
     num_shards: int,
     balance: str,
 ) -> None:
-    """The seed's argument rules, as ``ValueError``s."""
+    """The seed's argument rules."""
     if last_batch not in LAST_BATCH:
-        raise ValueError(f"last_batch must be one of {', '.join(LAST_BATCH)}, got {last_batch!r}")
+        raise ArgumentError(
+            "last_batch", f"last_batch must be one of {', '.join(LAST_BATCH)}, got {last_batch!r}"
+        )
     if balance not in BALANCE:
-        raise ValueError(f"balance must be one of {', '.join(BALANCE)}, got {balance!r}")
+        raise ArgumentError("balance", f"balance must be one of {', '.join(BALANCE)}, got {balance!r}")
     if num_shards < 1:
-        raise ValueError(f"num_shards must be >= 1, got {num_shards}")
+        raise ArgumentError("num_shards", f"num_shards must be >= 1, got {num_shards}")
     if batch_sampler is not None:
         given = [
             name
@@ -39,37 +42,42 @@ def check_sampling(
             if is_set
         ]
         if given:
-            raise ValueError(
+            raise ArgumentError(
+                given[0],
                 f"{', '.join(given)} must not be given with batch_sampler: the batch sampler decides "
-                "batches and shards itself"
+                "batches and shards itself",
             )
         return
     if batch_size is None:
-        raise ValueError("batch_size must be given unless batch_sampler is")
+        raise ArgumentError("batch_size", "batch_size must be given unless batch_sampler is")
     if batch_size < 1:
-        raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+        raise ArgumentError("batch_size", f"batch_size must be >= 1, got {batch_size}")
     if sampler is not None and shuffle:
-        raise ValueError("shuffle must not be given with sampler: the sampler decides the order")
+        raise ArgumentError(
+            "shuffle", "shuffle must not be given with sampler: the sampler decides the order"
+        )
 
 
 def check_workers(worker_type: str, num_workers: int, prefetch: int | None, timeout: float | None) -> None:
-    """The workers' arguments, as ``ValueError``s."""
+    """The workers' arguments."""
     if worker_type not in ("process", "thread"):
-        raise ValueError(f"worker_type must be 'process' or 'thread', got {worker_type!r}")
+        raise ArgumentError("worker_type", f"worker_type must be 'process' or 'thread', got {worker_type!r}")
     if num_workers < 0:
-        raise ValueError(f"num_workers must be >= 0, got {num_workers}")
+        raise ArgumentError("num_workers", f"num_workers must be >= 0, got {num_workers}")
     if prefetch is not None and prefetch < 0:
-        raise ValueError(f"prefetch must be >= 0, got {prefetch}")
+        raise ArgumentError("prefetch", f"prefetch must be >= 0, got {prefetch}")
     if timeout is not None and timeout <= 0:
-        raise ValueError(f"timeout must be > 0 or None, got {timeout}")
+        raise ArgumentError("timeout", f"timeout must be > 0 or None, got {timeout}")
 
 
 def place(rank: int | None, world_size: int | None) -> tuple[int, int]:
     """``(rank, world_size)``, ``(0, 1)`` for a single process."""
     if (rank is None) != (world_size is None):
-        raise ValueError("give rank and world_size together (or neither, for a single process)")
+        raise ArgumentError("rank", "give rank and world_size together (or neither, for a single process)")
     if rank is None or world_size is None:
         return 0, 1
     if world_size < 1 or not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, world_size) and world_size >= 1, got {rank} of {world_size}")
+        raise ArgumentError(
+            "rank", f"rank must be in [0, world_size) and world_size >= 1, got {rank} of {world_size}"
+        )
     return rank, world_size

@@ -10,12 +10,13 @@ space is split between data-parallel ranks. gluon-nlp's argument names are in
 from __future__ import annotations
 
 import weakref
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import torch
 from torch.utils.data import default_collate
 
+from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.sharded.arguments import check_sampling, check_workers, place
 from loaderfactory.components.sharded.passes import LoadStep, Pass, Pool
 from loaderfactory.components.sharded.sampling import (
@@ -36,6 +37,7 @@ from loaderfactory.components.workers.info import worker_seed
 from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
+from loaderfactory.errors import ArgumentError
 
 WorkerType = Literal["process", "thread"]
 
@@ -71,7 +73,8 @@ class ShardedDataLoader:
             to a multiple of ``num_workers``); default 2 per worker.
         num_shards: batches per step.
         seed: seeds the shuffle (same on every rank) and, derived per rank and worker, the workers'
-            torch, numpy and ``random`` generators. ``None``: random when alone, 0 across ranks.
+            torch, numpy and ``random`` generators. ``None``: one that every rank agrees on (see
+            :mod:`~loaderfactory.components.seeding`), recorded in the state.
         rank: this process's rank among ``world_size`` data-parallel processes.
         world_size: data-parallel processes; give both or neither.
         balance: how ranks get equal steps: ``pad`` (wrap the order around, a few items seen
@@ -112,13 +115,13 @@ class ShardedDataLoader:
         check_sampling(batch_size, shuffle, sampler, last_batch, batch_sampler, num_shards, balance)
         check_workers(worker_type, num_workers, prefetch, timeout)
         rank, world_size = place(rank, world_size)
+        self.seed_given = seed is not None
         if seed is None:
-            # Every rank must shuffle alike, and no seed can be agreed on without one: use 0 there.
-            seed = 0 if world_size > 1 else int(torch.randint(0, 2**62, ()).item())
+            seed = agreed_seed(world_size)
         length = None
         if sampler is None and batch_sampler is None:
             if not hasattr(dataset, "__len__"):
-                raise ValueError("the dataset has no len(); give a sampler or a batch_sampler")
+                raise ArgumentError("dataset", "the dataset has no len(); give a sampler or a batch_sampler")
             length = len(dataset)
         self.dataset = dataset
         self.collate: Callable[[list[Any]], Any] = collate if collate is not None else default_collate
@@ -146,13 +149,14 @@ class ShardedDataLoader:
             rank=rank,
             world_size=world_size,
             balance=balance,
+            dataset=dataset,
         )
         self._epoch = 0
         self._carry: list[int] = []
-        self._resume_step = 0
-        # Where an unfinished pass stopped: (epoch, steps yielded, rollover it started with). Kept
-        # after an early break, so state_dict() taken then resumes after the last batch delivered.
-        self._stopped_at: tuple[int, int, Sequence[int]] | None = None
+        self._resume: tuple[int, int] = (0, 0)  # (position, steps delivered) the next pass starts at
+        # Where an unfinished pass stopped: its plan and the steps it yielded. Kept after an early
+        # break, so state_dict() taken then resumes after the last batch delivered.
+        self._stopped_at: tuple[EpochPlan, int] | None = None
         self._generation = 0
         self._pool: Pool | None = None
         self._pass: weakref.ref[Pass] | None = None
@@ -169,26 +173,29 @@ class ShardedDataLoader:
         """Load ``epoch`` next: its shuffle order, identical on every rank that sets the same epoch."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
+        if epoch != self._epoch:
+            self._resume = (0, 0)  # a loaded state stays in force for its own epoch
         self._epoch = epoch
 
     def __iter__(self) -> Iterator[Any]:
         self._close_pass()
         self._stopped_at = None
-        plan = self.planner.plan(self._epoch, self._carry)
+        (start, done), self._resume = self._resume, (0, 0)
+        plan = self.planner.plan(self._epoch, self._carry, start, done)
         self._epoch += 1
-        start, self._resume_step = self._resume_step, 0
-        current = Pass(self, plan, start, self._take_pool())
+        current = Pass(self, plan, 0, self._take_pool())
         self._pass = weakref.ref(current)
         return current
 
     def __len__(self) -> int:
         current = self._current_pass()
         if current is not None:
-            return len(current.plan.steps)
-        return self.planner.count(len(self._carry))  # the whole epoch, also when resumed mid-way
+            return current.plan.done + len(current.plan.steps)
+        start, done = self._resume
+        return done + self.planner.count(len(self._carry), start)  # the whole epoch, also when resumed
 
     def _delivered(self, plan: EpochPlan, position: int) -> None:
-        self._stopped_at = (plan.epoch, position, plan.carry_in)
+        self._stopped_at = (plan, position)
 
     def _finished(self, plan: EpochPlan) -> None:
         self._carry = list(plan.carry_out)
@@ -265,62 +272,86 @@ class ShardedDataLoader:
     # -- state ------------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where the loader stands: the epoch, steps yielded of it, and the rollover it started with,
-        with the placement and batching that decide which indices those steps hold."""
+        """Where the loader stands, the same on every rank: the epoch, the position in its pool and the
+        steps delivered, the rollover it started with, the seed and the batching."""
         current = self._current_pass()
-        carry: Sequence[int]
         if current is not None:
-            epoch, step, carry = current.plan.epoch, current.position, current.plan.carry_in
-        elif self._stopped_at is not None:
-            epoch, step, carry = self._stopped_at
+            stopped: tuple[EpochPlan, int] | None = (current.plan, current.position)
         else:
-            epoch, step, carry = self._epoch, self._resume_step, self._carry
-        return {"epoch": epoch, "step": step, "carry": list(carry), **self._layout()}
+            stopped = self._stopped_at
+        if stopped is not None:
+            plan, delivered = stopped
+            epoch, carry = plan.epoch, plan.carry_in
+            position, steps = plan.position_after(delivered), plan.done + delivered
+        else:
+            epoch, carry = self._epoch, self._carry
+            position, steps = self._resume
+        return {
+            "epoch": epoch,
+            "position": position,
+            "steps": steps,
+            "carry": list(carry),
+            "seed": self.seed,
+            **self._layout(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Resume from :meth:`state_dict`: the next pass yields exactly the rest of that epoch.
+        """Resume from :meth:`state_dict` of any rank, at any world size: the next pass yields this
+        rank's part of the rest of that epoch (exactly the rest of its own when the world size is
+        the same).
 
         Raises:
-            ResumeError: the state was saved at another world size, rank, batch size or shard count
-                (a state saved before those were recorded is taken as is), or a field is missing,
-                of the wrong type or out of range (a step past the epoch, an index past the dataset).
+            ResumeError: the state was saved with another batch size, shard count or seed (or world
+                size, with a batch sampler), or a field is missing, of the wrong type or out of range
+                (a position past the epoch, an index past the dataset).
         """
         owner = "loader (sharded)"
         state = require_state(owner, state)
-        require_keys(owner, state, ("epoch", "step", "carry"))
-        check_matching(owner, state, self._layout())
+        require_keys(owner, state, ("epoch", "position", "steps", "carry", "seed"))
+        layout = self._layout()
+        if self.planner.elastic:
+            layout.pop("world_size")
+        check_matching(owner, state, layout)
         epoch = require_int(owner, state, "epoch")
+        saved_world = require_int(owner, state, "world_size", low=1) if "world_size" in state else 1
         rollover = self.planner.last_batch == "rollover" and self.planner.batch_size is not None
-        per_step = (self.planner.batch_size or 0) * self.planner.num_shards
+        # A rollover is less than one step of all the ranks that saved it.
+        most = saved_world * (self.planner.batch_size or 0) * self.planner.num_shards - 1
         carry = require_int_list(
-            owner, state, "carry", high=self._last_index(), max_length=per_step - 1 if rollover else 0
+            owner, state, "carry", high=self._last_index(), max_length=most if rollover else 0
         )
-        step = require_int(owner, state, "step", high=self._steps_per_epoch(len(carry)))
+        position = require_int(owner, state, "position", high=self._epoch_end(len(carry)))
+        steps = require_int(owner, state, "steps")
+        seed = require_int(owner, state, "seed", low=None)
+        if self.seed_given:
+            check_matching(owner, state, {"seed": self.seed})
         self._close_pass()
+        self.seed = self.planner.seed = seed
         self._stopped_at = None
-        self._epoch, self._resume_step, self._carry = epoch, step, carry
+        self._epoch, self._resume, self._carry = epoch, (position, steps), carry
 
     def _layout(self) -> dict[str, Any]:
-        """What decides which indices this rank's steps hold; a state saved under other values is refused."""
+        """The batching that decides what a position means; a state saved under other values is refused."""
         return {
             "world_size": self.world_size,
-            "rank": self.rank,
             "batch_size": self.planner.batch_size,
             "num_shards": self.planner.num_shards,
         }
+
+    def _epoch_end(self, carry: int) -> int | None:
+        """The largest position of an epoch that starts with ``carry`` rolled-over indices."""
+        try:
+            if self.planner.elastic:
+                return carry + self.planner.total()
+            return self.planner.count()
+        except TypeError:  # a sampler of yours without len()
+            return None
 
     def _last_index(self) -> int | None:
         """The largest dataset index, where the dataset is sized."""
         try:
             return len(self.dataset) - 1
         except TypeError:  # a dataset without len(), read through a sampler
-            return None
-
-    def _steps_per_epoch(self, carry: int) -> int | None:
-        """Steps of an epoch that starts with ``carry`` rolled-over indices; ``None`` when unsized."""
-        try:
-            return self.planner.count(carry)
-        except TypeError:  # a sampler of yours without len()
             return None
 
     def telemetry(self) -> dict[str, Any]:

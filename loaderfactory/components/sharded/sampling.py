@@ -1,14 +1,17 @@
 """Which indices each rank loads, in which steps: the epoch plan of a :class:`ShardedDataLoader`.
 
-Pure Python (no torch), so the rules can be checked exhaustively:
+The order comes from :mod:`loaderfactory.components.order` (one global sequence per epoch, a
+position counted in it, ranks taking strided parts); what is particular to this kind is here:
 
-* one global order per epoch (sequential, a user sampler, or a permutation seeded by
-  ``(seed, epoch)``), identical on every rank;
-* ranks take strided slices of it (``order[rank::world_size]``), after padding the order by
-  wrapping (``pad``) or cutting it (``drop``) to a multiple of ``world_size``, so every rank gets
-  the same number of indices; ``uneven`` cuts nothing and pads nothing;
-* a rank's indices, after the ``rollover`` carried in from its previous epoch, are cut into steps
-  of ``num_shards`` batches of ``batch_size`` indices; ``last_batch`` decides the incomplete rest.
+* the epoch's **pool** is the rollover carried in from the previous epoch, then the epoch's order;
+* a step is ``num_shards`` batches of ``batch_size`` indices per rank, so it consumes a block of
+  ``world_size * batch_size * num_shards`` indices of the pool;
+* ``last_batch`` decides the rest that fills no whole step: ``keep`` (short, on ranks balanced by
+  ``balance``), ``discard``, or ``rollover`` (carried, whole, into the next epoch's pool: the same
+  on every rank, so ``balance`` does not apply).
+
+A batch sampler of yours gives steps instead; they are split between ranks step by step, and a
+position then counts this rank's steps.
 """
 
 from __future__ import annotations
@@ -19,63 +22,43 @@ from typing import Any, Literal
 
 import numpy as np
 
+from loaderfactory.components.order import BALANCE, Balance, epoch_order, rank_count, rank_part
+
 LastBatch = Literal["keep", "discard", "rollover"]
-Balance = Literal["pad", "drop", "uneven"]
 Step = list[int] | list[list[int]]
 """One batch's indices, or (with shards) one list of indices per shard."""
 
 LAST_BATCH: tuple[LastBatch, ...] = ("keep", "discard", "rollover")
-BALANCE: tuple[Balance, ...] = ("pad", "drop", "uneven")
-
-
-def epoch_permutation(length: int, seed: int, epoch: int) -> list[int]:
-    """A permutation of ``range(length)`` that depends only on ``(seed, epoch)``: the same on every rank."""
-    rng = np.random.default_rng([seed, epoch])
-    return [int(i) for i in rng.permutation(length)]
-
-
-def assign_shards(items: Sequence[Any], rank: int, world_size: int, balance: Balance = "pad") -> list[Any]:
-    """The part of ``items`` (indices or steps) that ``rank`` of ``world_size`` takes.
-
-    ``pad`` wraps ``items`` around until its length divides by ``world_size`` (a few items are
-    seen twice per epoch), ``drop`` cuts the last ``len(items) % world_size`` (a few are skipped),
-    ``uneven`` does neither: ranks then differ by at most one item and collective ops need
-    ``torch.distributed.algorithms.Join``.
-    """
-    if not 0 <= rank < world_size:
-        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
-    items = list(items)
-    if world_size == 1:
-        return items
-    n = len(items)
-    if balance == "drop":
-        items = items[: n - n % world_size]
-    elif balance == "pad" and n % world_size and n:
-        total = -(-n // world_size) * world_size
-        items = [items[i % n] for i in range(total)]
-    return items[rank::world_size]
-
-
-def rank_size(length: int, rank: int, world_size: int, balance: Balance = "pad") -> int:
-    """``len(assign_shards(range(length), rank, world_size, balance))`` without building it."""
-    if balance == "drop":
-        return length // world_size
-    if balance == "pad":
-        return -(-length // world_size)
-    return len(range(rank, length, world_size))
+__all__ = [
+    "BALANCE",
+    "LAST_BATCH",
+    "Balance",
+    "EpochPlan",
+    "LastBatch",
+    "ShardPlanner",
+    "Step",
+    "count_steps",
+    "cut_steps",
+]
 
 
 def cut_steps(
-    indices: Sequence[int], carry: Sequence[int], batch_size: int, last_batch: LastBatch, num_shards: int = 1
+    indices: Sequence[int],
+    carry: Sequence[int],
+    batch_size: int,
+    last_batch: LastBatch,
+    num_shards: int = 1,
+    filler: Sequence[int] | None = None,
 ) -> tuple[list[Step], list[int]]:
     """Cut ``carry + indices`` into steps; returns the steps and the rollover for the next epoch.
 
     A step is one batch (``num_shards == 1``) or a list of ``num_shards`` batches. The rest that
     fills no whole step is yielded short (``keep``; with shards, the missing shards are filled
-    with the epoch's first batches again so every step has ``num_shards`` of them), dropped
-    (``discard``) or carried into the next epoch (``rollover``).
+    with the first batches of ``filler`` (by default the pool itself) so every step has
+    ``num_shards`` of them), dropped (``discard``) or carried into the next epoch (``rollover``).
     """
     pool = [*carry, *indices]
+    source = pool if filler is None or not filler else list(filler)
     per_step = batch_size * num_shards
     whole = len(pool) - len(pool) % per_step
     batches = [pool[i : i + batch_size] for i in range(0, whole, batch_size)]
@@ -85,7 +68,7 @@ def cut_steps(
         batches += [rest[i : i + batch_size] for i in range(0, len(rest), batch_size)]
         missing = -len(batches) % num_shards
         batches += [
-            [pool[(j * batch_size + t) % len(pool)] for t in range(batch_size)] for j in range(missing)
+            [source[(j * batch_size + t) % len(source)] for t in range(batch_size)] for j in range(missing)
         ]
     elif rest and last_batch == "rollover":
         rollover = rest
@@ -103,21 +86,36 @@ def count_steps(length: int, carry: int, batch_size: int, last_batch: LastBatch,
 
 @dataclass(frozen=True)
 class EpochPlan:
-    """What one rank loads in one epoch: its steps, and the indices it carries into the next."""
+    """What one rank loads of one epoch from ``start`` on, and what the epoch carries into the next.
+
+    ``start`` and :meth:`position_after` count indices of the epoch's pool (steps of this rank with a
+    batch sampler): the same on every rank, whatever the world size.
+    """
 
     epoch: int
     steps: list[Step]
     carry_in: list[int]
     carry_out: list[int]
+    start: int = 0
+    done: int = 0
+    """Steps delivered before ``start``: ``done + len(steps)`` is the epoch's length in steps."""
+    block: int = 1
+    """Pool indices one step consumes on all ranks together (1 with a batch sampler: one own step)."""
+    end: int = 0
+    """The position once every step is delivered."""
+
+    def position_after(self, delivered: int) -> int:
+        """The position after ``delivered`` of :attr:`steps`."""
+        return min(self.end, self.start + delivered * self.block)
 
 
 class ShardPlanner:
-    """Turns ``(epoch, rollover)`` into the steps of one rank; see the module docstring for the rules.
+    """Turns ``(epoch, rollover, position)`` into the steps of one rank; see the module docstring.
 
     Args:
         length: items in the dataset (used when there is neither a sampler nor a batch sampler).
         batch_size: indices per batch (``None`` with a batch sampler).
-        shuffle: permute the order each epoch with a generator seeded by ``(seed, epoch)``.
+        shuffle: the epoch's order from :func:`~loaderfactory.components.order.epoch_order`.
         sampler: an iterable of indices replacing the order; its ``set_epoch`` is called if it has one.
         batch_sampler: an iterable of steps (a list of indices, or a list of lists for shards),
             split between ranks step by step.
@@ -125,7 +123,9 @@ class ShardPlanner:
         num_shards: batches per step.
         seed: base seed of the shuffle; must be the same on every rank.
         rank, world_size: this process's place among the data-parallel processes.
-        balance: ``pad``, ``drop`` or ``uneven`` (see :func:`assign_shards`).
+        balance: ``pad``, ``drop`` or ``uneven`` (see :func:`~loaderfactory.components.order.rank_part`).
+        dataset: offers its own shuffled order when it is an
+            :class:`~loaderfactory.components.order.OrderedDataset`.
     """
 
     def __init__(
@@ -142,6 +142,7 @@ class ShardPlanner:
         rank: int = 0,
         world_size: int = 1,
         balance: Balance = "pad",
+        dataset: Any = None,
     ) -> None:
         self.length = length
         self.batch_size = batch_size
@@ -154,30 +155,52 @@ class ShardPlanner:
         self.rank = rank
         self.world_size = world_size
         self.balance = balance
+        self.dataset = dataset
 
-    def plan(self, epoch: int, carry: Sequence[int] = ()) -> EpochPlan:
-        """The steps of ``epoch`` for this rank, given the rollover carried into it."""
+    @property
+    def elastic(self) -> bool:
+        """Whether a position means the same at any world size (not with a batch sampler's steps)."""
+        return self.batch_sampler is None
+
+    def plan(self, epoch: int, carry: Sequence[int] = (), start: int = 0, done: int = 0) -> EpochPlan:
+        """This rank's steps of ``epoch`` from position ``start``, given the rollover carried into it."""
         if self.batch_sampler is not None:
             _set_epoch(self.batch_sampler, epoch)
             steps: list[Step] = [_as_step(s) for s in self.batch_sampler]
-            mine = assign_shards(steps, self.rank, self.world_size, self.balance)
-            return EpochPlan(epoch, mine, [], [])
-        order = self._order(epoch)
-        indices = assign_shards(order, self.rank, self.world_size, self.balance)
+            mine = rank_part(steps, self.rank, self.world_size, self.balance)
+            return EpochPlan(epoch, mine[start:], [], [], start, start, 1, len(mine))
         assert self.batch_size is not None  # the loader checks this on construction
-        steps, carry_out = cut_steps(indices, carry, self.batch_size, self.last_batch, self.num_shards)
-        return EpochPlan(epoch, steps, list(carry), carry_out)
+        pool = [*carry, *self._order(epoch)]
+        per_step = self.batch_size * self.num_shards
+        block = per_step * self.world_size
+        if self.last_batch == "rollover":
+            rest = len(pool) - start
+            whole = start + rest - rest % block
+            mine = rank_part(pool[:whole], self.rank, self.world_size, "uneven", start)
+            steps, _ = cut_steps(mine, [], self.batch_size, "discard", self.num_shards)
+            return EpochPlan(epoch, steps, list(carry), pool[whole:], start, done, block, whole)
+        mine = rank_part(pool, self.rank, self.world_size, self.balance, start)
+        filler = rank_part(pool, self.rank, self.world_size, self.balance) if start else None
+        steps, _ = cut_steps(mine, [], self.batch_size, self.last_batch, self.num_shards, filler)
+        return EpochPlan(epoch, steps, list(carry), [], start, done, block, len(pool))
 
-    def count(self, carry: int = 0) -> int:
-        """Steps of the next epoch for this rank (raises ``TypeError`` for an unsized sampler)."""
+    def count(self, carry: int = 0, start: int = 0) -> int:
+        """Steps of the next epoch for this rank from ``start`` (``TypeError`` for an unsized sampler)."""
         if self.batch_sampler is not None:
             total = len(self.batch_sampler)  # type: ignore[arg-type]  # TypeError when unsized, as len() should
-            return rank_size(total, self.rank, self.world_size, self.balance)
-        source: Any = self.sampler if self.sampler is not None else self.length
-        total = len(source) if isinstance(source, Sized) else int(source)
-        mine = rank_size(total, self.rank, self.world_size, self.balance)
+            return rank_count(total, self.rank, self.world_size, self.balance) - start
         assert self.batch_size is not None  # the loader checks this on construction
-        return count_steps(mine, carry, self.batch_size, self.last_batch, self.num_shards)
+        rest = carry + self.total() - start
+        per_step = self.batch_size * self.num_shards
+        if self.last_batch == "rollover":
+            return rest // (per_step * self.world_size)
+        mine = rank_count(rest, self.rank, self.world_size, self.balance)
+        return count_steps(mine, 0, self.batch_size, self.last_batch, self.num_shards)
+
+    def total(self) -> int:
+        """Indices of an epoch's order (``TypeError`` for an unsized sampler)."""
+        source: Any = self.sampler if self.sampler is not None else self.length
+        return len(source) if isinstance(source, Sized) else int(source)
 
     def why_empty(self) -> tuple[str, str] | None:
         """``(argument, reason)`` when this rank gets no step in an epoch although the data has some.
@@ -193,7 +216,7 @@ class ShardPlanner:
         else:
             return None
         unit = "steps" if self.batch_sampler is not None else "indices"
-        share = rank_size(total, self.rank, self.world_size, self.balance)
+        share = rank_count(total, self.rank, self.world_size, self.balance)
         place = f"rank {self.rank} of {self.world_size}"
         if total and not share:
             return (
@@ -215,9 +238,7 @@ class ShardPlanner:
             _set_epoch(self.sampler, epoch)
             return [int(i) for i in self.sampler]
         assert self.length is not None  # the loader checks this on construction
-        if self.shuffle:
-            return epoch_permutation(self.length, self.seed, epoch)
-        return list(range(self.length))
+        return epoch_order(self.length, self.seed, epoch, self.shuffle, self.dataset)
 
 
 def _set_epoch(source: object, epoch: int) -> None:

@@ -112,6 +112,10 @@ class Spec(BaseModel):
     """Fields that change speed or resources but never the batch sequence: a state saved under one
     value resumes under another (``Loader.load_state_dict`` compares every other field)."""
 
+    rank_only: ClassVar[frozenset[str]] = frozenset()
+    """Fields that place this process among data-parallel ranks: a saved state is the same on every
+    rank and at every world size, so they may differ on resume too."""
+
     value_aliases: ClassVar[dict[str, str]] = {}
     """Seeds' names whose value a kind's own ``before`` validator translates, each to the field it
     sets (``thread_pool: true`` → ``worker_type: thread``); given with that field, refused like ``bs``

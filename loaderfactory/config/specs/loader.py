@@ -32,6 +32,7 @@ class TorchLoaderSpec(Spec):
     holding up to ``prefetch_factor`` batches.
     """
 
+    rank_only = frozenset({"distributed"})
     speed_only = frozenset(
         {
             "num_workers",  # the sampler, in this process, decides the order of a map-style dataset
@@ -76,7 +77,7 @@ class TorchLoaderSpec(Spec):
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """Start method of the workers; needs workers."""
     seed: Seed | None = None
-    """Shuffle seed; null falls back to the root `seed`."""
+    """Shuffle seed; null: the root `seed`, else one all ranks agree on (PL_GLOBAL_SEED first)."""
     distributed: Distributed = "auto"
     """`auto`: torch.distributed or torchrun's environment; `off`: every rank reads all; or explicit."""
     balance: Literal["pad", "drop", "uneven"] = "pad"
@@ -116,6 +117,15 @@ class TorchLoaderSpec(Spec):
                 )
             )
         return problems
+
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_sampler_means_no_batch_size(cls, data: Any) -> Any:
+        """A batch_sampler with no batch_size written means batch_size null, as in torch's DataLoader."""
+        written = isinstance(data, dict) and bool({"batch_size", "bs"} & set(data))
+        if isinstance(data, dict) and data.get("batch_sampler") is not None and not written:
+            return {**data, "batch_size": None}
+        return data
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:

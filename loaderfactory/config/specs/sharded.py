@@ -76,6 +76,7 @@ class ShardedLoaderSpec(WorkersSpec):
     the builder passes canonical arguments to the component.
     """
 
+    rank_only = frozenset({"distributed"})
     speed_only = frozenset(
         {
             "num_workers",  # the shard plan decides the steps; workers only load them, in order
@@ -115,7 +116,7 @@ class ShardedLoaderSpec(WorkersSpec):
     num_shards: Count = 1
     """Batches per step; > 1 yields a list of that many (one per device, say)."""
     seed: Seed | None = None
-    """Seeds the shuffle and the workers; ``null``: the root ``seed``, else random alone, 0 across ranks."""
+    """Seeds the shuffle and the workers; ``null``: the root ``seed``, else one all ranks agree on."""
     distributed: Distributed = "auto"
     """``auto``: torch.distributed or torchrun's environment at build; ``off``: one process; or explicit."""
     balance: Literal["pad", "drop", "uneven"] = "pad"

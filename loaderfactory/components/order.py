@@ -1,0 +1,120 @@
+"""The order engine: which indices an epoch visits, in which order, and which of them a rank loads.
+
+Every kind that orders items (the ``torch`` and ``sharded`` loaders, the queue's filler) takes its
+order from here, so the same ``seed`` gives the same order in every kind, and everything is a pure
+function of its arguments: the same on every rank, in every process, after every restart.
+
+* :func:`epoch_order` is the epoch's **global sequence**: ``range(length)``, a permutation seeded
+  by ``(seed, epoch)``, or the dataset's own order (:class:`OrderedDataset`) when it offers one.
+* The sequence is consumed in **steps**: with ``world_size`` ranks each taking ``per_rank`` indices
+  a step, step ``k`` consumes the contiguous block ``[k * world_size * per_rank, (k + 1) * ...)``,
+  and rank ``r`` takes every ``world_size``-th index of it, starting at ``r`` (:func:`rank_part`).
+* A **position** is a count of indices of the sequence consumed so far. It is the same on every
+  rank and means the same at any world size, so a state saved by one rank resumes every rank, and a
+  state saved at world size W resumes at W′: the rest of the sequence is split between the new
+  ranks, each remaining index delivered exactly once (``pad``'s repeats aside).
+* ``balance`` makes ranks take equally many indices: ``pad`` wraps the sequence around from its
+  start, ``drop`` cuts the last few, ``uneven`` does neither (ranks then differ by at most one).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
+
+Balance = Literal["pad", "drop", "uneven"]
+BALANCE: tuple[Balance, ...] = ("pad", "drop", "uneven")
+
+
+@runtime_checkable
+class OrderedDataset(Protocol):
+    """A map-style dataset that chooses its own shuffled order (shards read a few at a time, say).
+
+    ``epoch_order(seed, epoch)`` returns a permutation of ``range(len(dataset))`` that depends only
+    on its arguments; every kind uses it instead of a uniform permutation when it shuffles.
+    """
+
+    def __len__(self) -> int: ...
+
+    def epoch_order(self, seed: int, epoch: int) -> Sequence[int]: ...
+
+
+def permutation(length: int, seed: int, epoch: int) -> list[int]:
+    """A uniform permutation of ``range(length)`` that depends only on ``(seed, epoch)``."""
+    rng = np.random.default_rng([seed % 2**64, epoch])
+    return rng.permutation(length).tolist()  # type: ignore[no-any-return]  # list of int
+
+
+def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any = None) -> list[int]:
+    """The epoch's global sequence of indices: the same on every rank for the same arguments.
+
+    Args:
+        length: items in the dataset.
+        seed: the shuffle's seed; every rank must pass the same one.
+        epoch: the epoch (each has its own permutation).
+        shuffle: ``False``: ``0, 1, ..., length - 1``.
+        dataset: when it is an :class:`OrderedDataset`, its ``epoch_order`` gives the shuffled order.
+    """
+    if not shuffle:
+        return list(range(length))
+    own = getattr(dataset, "epoch_order", None)
+    if callable(own):
+        order = [int(i) for i in own(seed, epoch)]
+        if sorted(order) != list(range(length)):
+            raise ValueError(
+                f"{type(dataset).__name__}.epoch_order({seed}, {epoch}) must return a permutation of "
+                f"range({length}); got {len(order)} indices"
+            )
+        return order
+    return permutation(length, seed, epoch)
+
+
+def rank_part(
+    sequence: Sequence[Any], rank: int, world_size: int, balance: Balance = "pad", start: int = 0
+) -> list[Any]:
+    """What ``rank`` of ``world_size`` takes of ``sequence[start:]``: every ``world_size``-th entry.
+
+    ``pad`` wraps around from ``sequence[0]`` (not from ``start``) until the rest divides by
+    ``world_size``, so resuming at the same world size takes exactly what an unbroken epoch would.
+    """
+    if not 0 <= rank < world_size:
+        raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
+    rest = list(sequence[start:])
+    if world_size == 1:
+        return rest
+    extra = len(rest) % world_size
+    if balance == "drop" and extra:
+        rest = rest[: len(rest) - extra]
+    elif balance == "pad" and extra:
+        rest += [sequence[i % len(sequence)] for i in range(world_size - extra)]
+    return rest[rank::world_size]
+
+
+def rank_count(length: int, rank: int, world_size: int, balance: Balance = "pad") -> int:
+    """``len(rank_part(range(length), rank, world_size, balance))`` without building it."""
+    if balance == "drop":
+        return length // world_size
+    if balance == "pad":
+        return -(-length // world_size)
+    return len(range(rank, length, world_size))
+
+
+def batches(indices: Sequence[int], batch_size: int, drop_last: bool) -> list[list[int]]:
+    """``indices`` cut into batches of ``batch_size``; the short last one dropped with ``drop_last``."""
+    end = len(indices) - len(indices) % batch_size if drop_last else len(indices)
+    return [list(indices[i : i + batch_size]) for i in range(0, end, batch_size)]
+
+
+def batch_count(items: int, batch_size: int, drop_last: bool) -> int:
+    """``len(batches(range(items), batch_size, drop_last))``."""
+    return items // batch_size if drop_last else -(-items // batch_size)
+
+
+def advance(position: int, steps: int, world_size: int, per_rank: int, length: int) -> int:
+    """The position after ``steps`` more steps of ``per_rank`` indices on each of ``world_size`` ranks.
+
+    Never past ``length``: the last step of an epoch may be short, and padding is not counted.
+    """
+    return min(length, position + steps * world_size * per_rank)
