@@ -9,23 +9,15 @@ Worker base seeds are drawn from a generator seeded by ``(seed, epoch)`` too.
 
 from __future__ import annotations
 
-import itertools
 import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset, Sampler
+from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
-from loaderfactory.components.order import (
-    Balance,
-    advance,
-    batch_count,
-    batches,
-    epoch_order,
-    rank_count,
-    rank_part,
-)
+from loaderfactory.components.order import Balance
+from loaderfactory.components.samplers import ReplayedSampler, ResumableSampler
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
 from loaderfactory.components.workers.exits import stop_workers
@@ -38,89 +30,6 @@ _GOLDEN = 0x9E3779B97F4A7C15
 def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
     """A seed for ``epoch`` that differs from every other epoch's (and per ``salt``)."""
     return (seed + (epoch + 1) * _GOLDEN + salt * 0x632BE59BD9B4E019) % 2**63
-
-
-class ResumableSampler(Sampler[Any]):
-    """This rank's indices of ``length`` items, in batches of ``batch_size`` (single indices when ``None``).
-
-    The order of an epoch is :func:`~loaderfactory.components.order.epoch_order`, the same on every
-    rank; each rank takes its strided part of it (``balance``). :attr:`epoch`, :attr:`start` (the
-    position in the epoch's order to go on from) and :attr:`done` (batches delivered before it) are
-    set by the loader before each pass.
-    """
-
-    def __init__(
-        self,
-        length: int,
-        batch_size: int | None,
-        shuffle: bool,
-        drop_last: bool,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        balance: Balance = "pad",
-        dataset: Any = None,
-    ) -> None:
-        self.length = length
-        self.batch_size = batch_size
-        self.shuffle = shuffle
-        self.drop_last = drop_last
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.balance = balance
-        self.dataset = dataset
-        self.epoch = 0
-        self.start = 0
-        self.done = 0
-
-    def __len__(self) -> int:
-        return self.done + self.count(self.start)
-
-    def count(self, start: int) -> int:
-        """Batches (items, unbatched) this rank yields from position ``start`` to the epoch's end."""
-        items = rank_count(self.length - start, self.rank, self.world_size, self.balance)
-        return items if self.batch_size is None else batch_count(items, self.batch_size, self.drop_last)
-
-    def position_after(self, delivered: int) -> int:
-        """The position in the epoch's order after ``delivered`` batches from :attr:`start`."""
-        return advance(self.start, delivered, self.world_size, self.batch_size or 1, self.length)
-
-    def __iter__(self) -> Iterator[Any]:
-        order = epoch_order(self.length, self.seed, self.epoch, self.shuffle, self.dataset)
-        mine = rank_part(order, self.rank, self.world_size, self.balance, self.start)
-        if self.batch_size is None:
-            return iter(mine)
-        return iter(batches(mine, self.batch_size, self.drop_last))
-
-
-class ReplayedSampler(Sampler[Any]):
-    """A sampler of yours, restartable at any batch: each pass calls its ``set_epoch(epoch)`` (when it
-    has one, or its inner ``sampler`` has) and skips the first :attr:`start` entries.
-
-    Resuming is exact when the sampler's order is a function of its epoch (``DistributedSampler``,
-    or any sampler given a seeded generator that ``set_epoch`` reseeds).
-    """
-
-    def __init__(self, inner: Iterable[Any]) -> None:
-        self.inner = inner
-        self.epoch = 0
-        self.start = 0
-        self.done = 0
-
-    def position_after(self, delivered: int) -> int:
-        """Entries of the sampler consumed after ``delivered`` more from :attr:`start`."""
-        return self.start + delivered
-
-    def __len__(self) -> int:
-        return len(self.inner)  # type: ignore[arg-type]  # TypeError for an unsized sampler, as torch's
-
-    def __iter__(self) -> Iterator[Any]:
-        for source in (self.inner, getattr(self.inner, "sampler", None)):
-            set_epoch = getattr(source, "set_epoch", None)
-            if callable(set_epoch):
-                set_epoch(self.epoch)
-        return itertools.islice(iter(self.inner), self.start, None)
 
 
 class ResumableDataLoader(DataLoader[Any]):
