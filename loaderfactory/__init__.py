@@ -31,7 +31,7 @@ _EXPORTS = {
     "compose": "loaderfactory.hydra.compose",
     "config_dir": "loaderfactory.hydra.compose",
     "register": "loaderfactory.config.registry",
-    "validate": "loaderfactory.config.validation",
+    "validate": "loaderfactory.intake",
 }
 """Public name → the module that defines it."""
 
@@ -65,10 +65,10 @@ if TYPE_CHECKING:
     from loaderfactory.config.registry import available, register
     from loaderfactory.config.specs.base import Spec
     from loaderfactory.config.specs.pipeline import LoaderSpec
-    from loaderfactory.config.validation import validate
     from loaderfactory.errors import ConfigError, LoaderFactoryError, ResumeError, StallError, WorkerError
     from loaderfactory.factory import build_loader
     from loaderfactory.hydra.compose import compose, config_dir
+    from loaderfactory.intake import validate
     from loaderfactory.loader import Loader
 
 

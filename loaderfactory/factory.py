@@ -7,8 +7,8 @@ from typing import Any
 from loaderfactory.builders import BuildContext
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import Spec
-from loaderfactory.config.validation import validate
 from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.intake import at_root, take_in
 from loaderfactory.loader import Loader
 
 
@@ -23,25 +23,13 @@ def build_loader(config: Any, *, dataset: Any = None) -> Loader:
     Raises:
         ConfigError: every problem in the config, before any thread or process starts.
     """
-    spec = validate(config, require_dataset=dataset is None)
+    intake = take_in(config, require_dataset=dataset is None)
     try:
-        return _build_pipeline(spec, dataset)
+        return _build_pipeline(intake.spec, dataset)
     except ConfigError as err:
-        prefix = _root_of(config)
-        if not prefix:
+        if not intake.root:
             raise
-        raise ConfigError(
-            [ConfigProblem(f"{prefix}.{p.path}".rstrip("."), p.message) for p in err.problems]
-        ) from err.__cause__
-
-
-def _root_of(config: Any) -> str:
-    """Where ``config`` sits in the user's config (``"data"`` for ``cfg.data``), so errors name full paths."""
-    if isinstance(config, Spec | dict | str) or config is None:
-        return ""
-    from loaderfactory.hydra.convert import node_path
-
-    return node_path(config)
+        raise at_root(intake.root, err) from err.__cause__
 
 
 def _build_pipeline(spec: Any, dataset: Any) -> Loader:

@@ -52,7 +52,7 @@ def test_the_config_layer_loads_when_a_name_needs_it() -> None:
     """``validate`` brings pydantic; the lazy names resolve to the same objects as their modules."""
     assert "pydantic" in _loaded_after_import("from loaderfactory import validate")
     import loaderfactory
-    from loaderfactory.config.validation import validate
+    from loaderfactory.intake import validate
 
     assert loaderfactory.validate is validate
     assert sorted(loaderfactory.__all__) == loaderfactory.__all__

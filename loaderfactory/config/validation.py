@@ -1,4 +1,5 @@
-"""Config → validated :class:`~loaderfactory.config.specs.pipeline.LoaderSpec`, every problem at once."""
+"""Plain config data → validated :class:`~loaderfactory.config.specs.pipeline.LoaderSpec`, every
+problem at once. YAML files and OmegaConf nodes become plain data before, in :mod:`loaderfactory.intake`."""
 
 from __future__ import annotations
 
@@ -16,35 +17,15 @@ from loaderfactory.config.specs.refs import spec_class_for
 from loaderfactory.errors import ConfigError, ConfigProblem
 
 
-def validate(config: Any, *, require_dataset: bool = True) -> LoaderSpec:
-    """Check a config without building anything; return its spec or raise :class:`ConfigError`.
-
-    Args:
-        config: a YAML path, dict, OmegaConf node or :class:`LoaderSpec`. Problems in a node taken
-            from a larger config (``cfg.data``) are reported with paths from that config's root. A
-            dict holds what YAML can write; numpy scalars (``np.int64(4)``) count as their Python
-            value, and anything else (a set, a tensor, a function) is a problem at its path.
-        require_dataset: refuse a config without a ``dataset`` slot (``build_loader`` turns this
-            off when a dataset object is passed in).
-    """
-    if isinstance(config, LoaderSpec):
-        if require_dataset and config.dataset is None:
-            raise ConfigError(_missing_dataset())
-        return config
-    from loaderfactory.hydra.convert import node_path, to_plain  # OmegaConf only where a config needs it
-
-    prefix = node_path(config)
-    try:
-        return _validate(to_plain(config), require_dataset, prefix)
-    except ConfigError as err:
-        if not prefix:
-            raise
-        raise ConfigError(
-            [ConfigProblem(f"{prefix}.{p.path}".rstrip("."), p.message) for p in err.problems]
-        ) from None
+def require_dataset_slot(spec: LoaderSpec) -> None:
+    """Raise :class:`ConfigError` when ``spec`` has no ``dataset`` slot."""
+    if spec.dataset is None:
+        raise ConfigError(_missing_dataset())
 
 
-def _validate(data: Any, require_dataset: bool, prefix: str = "") -> LoaderSpec:
+def validate_plain(data: Any, require_dataset: bool = True, prefix: str = "") -> LoaderSpec:
+    """The spec of plain config data (dicts, lists, scalars), or :class:`ConfigError` listing every
+    problem; ``prefix`` is where the config sits in the user's (for the errors of ``_target_`` nodes)."""
     if not isinstance(data, dict):
         raise ConfigError(f"a loader config must be a mapping of slots, got {type(data).__name__}")
     data = {k: v for k, v in data.items() if k not in HYDRA_KEYS}

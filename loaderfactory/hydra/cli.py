@@ -26,9 +26,9 @@ from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
 from loaderfactory.config.specs.pipeline import LoaderSpec
-from loaderfactory.config.validation import validate
 from loaderfactory.errors import ConfigError
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
+from loaderfactory.intake import validate
 
 if TYPE_CHECKING:
     from loaderfactory.loader import Loader

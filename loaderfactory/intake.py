@@ -1,0 +1,59 @@
+"""The way in: what users hand us (a YAML path, dict, OmegaConf node or spec) becomes a validated spec.
+
+OmegaConf nodes and YAML files become plain data here, once, at the edge; the config layer below
+(:mod:`loaderfactory.config.validation`) sees only plain data. A node taken from a larger config
+(``cfg.data``) has its problems named from that config's root (``data.loader.batch_size``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from loaderfactory.config.specs.pipeline import LoaderSpec
+from loaderfactory.config.validation import require_dataset_slot, validate_plain
+from loaderfactory.errors import ConfigError, ConfigProblem
+
+
+@dataclass(frozen=True)
+class Intake:
+    """A validated spec and where its config sits in the user's config (``""`` at the root)."""
+
+    spec: LoaderSpec
+    root: str
+
+
+def validate(config: Any, *, require_dataset: bool = True) -> LoaderSpec:
+    """Check a config without building anything; return its spec or raise :class:`ConfigError`.
+
+    Args:
+        config: a YAML path, dict, OmegaConf node or :class:`LoaderSpec`. Problems in a node taken
+            from a larger config (``cfg.data``) are reported with paths from that config's root. A
+            dict holds what YAML can write; numpy scalars (``np.int64(4)``) count as their Python
+            value, and anything else (a set, a tensor, a function) is a problem at its path.
+        require_dataset: refuse a config without a ``dataset`` slot (``build_loader`` turns this
+            off when a dataset object is passed in).
+    """
+    return take_in(config, require_dataset=require_dataset).spec
+
+
+def take_in(config: Any, *, require_dataset: bool = True) -> Intake:
+    """:func:`validate`, keeping the config's root for the errors that building may find later."""
+    if isinstance(config, LoaderSpec):
+        if require_dataset:
+            require_dataset_slot(config)
+        return Intake(config, "")
+    from loaderfactory.hydra.convert import node_path, to_plain  # OmegaConf only where a config needs it
+
+    root = node_path(config)
+    try:
+        return Intake(validate_plain(to_plain(config), require_dataset, root), root)
+    except ConfigError as err:
+        raise at_root(root, err) from None
+
+
+def at_root(root: str, err: ConfigError) -> ConfigError:
+    """``err`` with its paths prefixed by ``root`` (itself when ``root`` is empty)."""
+    if not root:
+        return err
+    return ConfigError([ConfigProblem(f"{root}.{p.path}".rstrip("."), p.message) for p in err.problems])
