@@ -177,3 +177,21 @@ def test_ranks_without_a_process_group_share_a_fixed_seed(monkeypatch: pytest.Mo
     monkeypatch.setenv("PL_GLOBAL_SEED", "seven")
     with pytest.raises(ValueError, match="PL_GLOBAL_SEED='seven' is not an integer"):
         agreed_seed()
+
+
+def test_queues_on_different_ranks_draw_differently(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each rank holds a queue of its own: one seed must not make every rank draw the same batches."""
+    config = {
+        "dataset": {"kind": "synthetic", "length": 32, "fields": {"x": {"shape": [1]}}},
+        "queue": {"kind": "ram", "capacity": 32, "batch_size": 4, "epoch_size": 6},
+        "seed": 5,
+    }
+
+    def draws(rank: int) -> list[list[int]]:
+        monkeypatch.setenv("RANK", str(rank))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        with loaderfactory.build_loader(config) as loader:
+            return [batch["index"].tolist() for batch in loader]
+
+    assert draws(0) == draws(0)
+    assert draws(0) != draws(1)

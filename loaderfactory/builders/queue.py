@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderfactory.builders import BuildContext
+from loaderfactory.builders.distributed import detect_distributed
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.components.data.transforms import Compose
 from loaderfactory.components.queue.dataset import QueueDataset
@@ -49,7 +50,7 @@ def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext
             batch_size=spec.batch_size,
             collate=collate,
             log_sampling=spec.log_sampling,
-            seed=spec.seed if spec.seed is not None else context.seed,
+            seed=_rank_seed(spec.seed if spec.seed is not None else context.seed),
             preprocess=preprocess,
             on_fill_timeout=spec.on_fill_timeout,
             timeout=spec.timeout,
@@ -61,3 +62,12 @@ def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext
         raise ConfigError(ConfigProblem(f"queue.{err.argument}", err.message)) from err
     except ValueError as err:  # an empty dataset
         raise ConfigError(ConfigProblem("queue", str(err))) from err
+
+
+def _rank_seed(seed: int | None) -> int | None:
+    """The queue's seed on this rank: under ``torch.distributed`` every rank holds a queue of its own,
+    and the same seed would make every rank draw the same batches; rank 0 keeps ``seed``."""
+    if seed is None:
+        return None
+    rank, _ = detect_distributed()
+    return seed if rank == 0 else (seed + rank * 0x9E3779B97F4A7C15) % 2**62
