@@ -20,6 +20,7 @@ function of its arguments: the same on every rank, in every process, after every
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -118,3 +119,32 @@ def advance(position: int, steps: int, world_size: int, per_rank: int, length: i
     Never past ``length``: the last step of an epoch may be short, and padding is not counted.
     """
     return min(length, position + steps * world_size * per_rank)
+
+
+@dataclass
+class RankOrder:
+    """One rank's view of a dataset's epoch orders: what every kind that orders items holds.
+
+    ``seed`` may change once, when a loaded state brings the seed of the run that saved it.
+    """
+
+    length: int
+    seed: int
+    shuffle: bool = False
+    rank: int = 0
+    world_size: int = 1
+    balance: Balance = "pad"
+    dataset: Any = None
+    """Offers its own shuffled order when it is an :class:`OrderedDataset`."""
+
+    def sequence(self, epoch: int) -> list[int]:
+        """The epoch's global sequence (:func:`epoch_order`)."""
+        return epoch_order(self.length, self.seed, epoch, self.shuffle, self.dataset)
+
+    def part(self, sequence: Sequence[Any], start: int = 0) -> list[Any]:
+        """This rank's part of ``sequence[start:]`` (:func:`rank_part`)."""
+        return rank_part(sequence, self.rank, self.world_size, self.balance, start)
+
+    def part_size(self, items: int) -> int:
+        """How many of ``items`` this rank takes (:func:`rank_count`)."""
+        return rank_count(items, self.rank, self.world_size, self.balance)

@@ -13,47 +13,20 @@ from typing import Any
 
 from torch.utils.data import Sampler
 
-from loaderfactory.components.order import (
-    Balance,
-    advance,
-    batch_count,
-    batches,
-    epoch_order,
-    rank_count,
-    rank_part,
-)
+from loaderfactory.components.order import RankOrder, advance, batch_count, batches
 
 
 class ResumableSampler(Sampler[Any]):
-    """This rank's indices of ``length`` items, in batches of ``batch_size`` (single indices when ``None``).
+    """This rank's indices of ``order``, in batches of ``batch_size`` (single indices when ``None``).
 
-    The order of an epoch is :func:`~loaderfactory.components.order.epoch_order`, the same on every
-    rank; each rank takes its strided part of it (``balance``). :attr:`epoch`, :attr:`start` (the
-    position in the epoch's order to go on from) and :attr:`done` (batches delivered before it) are
-    set by the loader before each pass.
+    :attr:`epoch`, :attr:`start` (the position in the epoch's global sequence to go on from) and
+    :attr:`done` (batches delivered before it) are set by the loader before each pass.
     """
 
-    def __init__(
-        self,
-        length: int,
-        batch_size: int | None,
-        shuffle: bool,
-        drop_last: bool,
-        seed: int,
-        rank: int = 0,
-        world_size: int = 1,
-        balance: Balance = "pad",
-        dataset: Any = None,
-    ) -> None:
-        self.length = length
+    def __init__(self, order: RankOrder, batch_size: int | None, drop_last: bool) -> None:
+        self.order = order
         self.batch_size = batch_size
-        self.shuffle = shuffle
         self.drop_last = drop_last
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.balance = balance
-        self.dataset = dataset
         self.epoch = 0
         self.start = 0
         self.done = 0
@@ -63,16 +36,16 @@ class ResumableSampler(Sampler[Any]):
 
     def count(self, start: int) -> int:
         """Batches (items, unbatched) this rank yields from position ``start`` to the epoch's end."""
-        items = rank_count(self.length - start, self.rank, self.world_size, self.balance)
+        items = self.order.part_size(self.order.length - start)
         return items if self.batch_size is None else batch_count(items, self.batch_size, self.drop_last)
 
     def position_after(self, delivered: int) -> int:
-        """The position in the epoch's order after ``delivered`` batches from :attr:`start`."""
-        return advance(self.start, delivered, self.world_size, self.batch_size or 1, self.length)
+        """The position in the epoch's sequence after ``delivered`` batches from :attr:`start`."""
+        order = self.order
+        return advance(self.start, delivered, order.world_size, self.batch_size or 1, order.length)
 
     def __iter__(self) -> Iterator[Any]:
-        order = epoch_order(self.length, self.seed, self.epoch, self.shuffle, self.dataset)
-        mine = rank_part(order, self.rank, self.world_size, self.balance, self.start)
+        mine = self.order.part(self.order.sequence(self.epoch), self.start)
         if self.batch_size is None:
             return iter(mine)
         return iter(batches(mine, self.batch_size, self.drop_last))

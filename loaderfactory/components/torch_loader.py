@@ -16,7 +16,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
-from loaderfactory.components.order import Balance
+from loaderfactory.components.order import Balance, RankOrder
 from loaderfactory.components.samplers import ReplayedSampler, ResumableSampler
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
@@ -153,9 +153,8 @@ class ResumableDataLoader(DataLoader[Any]):
                 "drop_last", "drop_last needs batches: batch_size None passes items through unbatched"
             )
         length = len(dataset)  # type: ignore[arg-type]  # map-style datasets are sized
-        return ResumableSampler(
-            length, batch_size, shuffle, drop_last, self.seed, self.rank, self.world_size, balance, dataset
-        )
+        order = RankOrder(length, self.seed, shuffle, self.rank, self.world_size, balance, dataset)
+        return ResumableSampler(order, batch_size, drop_last)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
         if self._pending is not None:
@@ -286,7 +285,7 @@ class ResumableDataLoader(DataLoader[Any]):
             check_matching(owner, state, {"seed": self.seed})
         self.seed = seed
         if isinstance(self._sampler, ResumableSampler):
-            self._sampler.seed = self.seed
+            self._sampler.order.seed = self.seed
         self._pending = (epoch, position, steps)
         self._active = False
 
@@ -294,7 +293,7 @@ class ResumableDataLoader(DataLoader[Any]):
         """The largest position: the epoch's length in items, or in batches of a sampler of yours;
         ``None`` for an iterable dataset (its own slot keeps its position) or an unsized sampler."""
         if isinstance(self._sampler, ResumableSampler):
-            return self._sampler.length
+            return self._sampler.order.length
         if self._sampler is None:
             return None
         try:

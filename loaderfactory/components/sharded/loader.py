@@ -326,7 +326,7 @@ class ShardedDataLoader:
         if self.seed_given:
             check_matching(owner, state, {"seed": self.seed})
         self._close_pass()
-        self.seed = self.planner.seed = seed
+        self.seed = self.planner.order.seed = seed
         self._stopped_at = None
         self._epoch, self._resume, self._carry = epoch, (position, steps), carry
 

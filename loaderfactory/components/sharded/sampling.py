@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from loaderfactory.components.order import BALANCE, Balance, epoch_order, rank_count, rank_part
+from loaderfactory.components.order import BALANCE, Balance, RankOrder, rank_part
 
 LastBatch = Literal["keep", "discard", "rollover"]
 Step = list[int] | list[list[int]]
@@ -146,16 +146,11 @@ class ShardPlanner:
     ) -> None:
         self.length = length
         self.batch_size = batch_size
-        self.shuffle = shuffle
         self.sampler = sampler
         self.batch_sampler = batch_sampler
         self.last_batch = last_batch
         self.num_shards = num_shards
-        self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
-        self.balance = balance
-        self.dataset = dataset
+        self.order = RankOrder(length or 0, seed, shuffle, rank, world_size, balance, dataset)
 
     @property
     def elastic(self) -> bool:
@@ -167,20 +162,20 @@ class ShardPlanner:
         if self.batch_sampler is not None:
             _set_epoch(self.batch_sampler, epoch)
             steps: list[Step] = [_as_step(s) for s in self.batch_sampler]
-            mine = rank_part(steps, self.rank, self.world_size, self.balance)
+            mine = self.order.part(steps)
             return EpochPlan(epoch, mine[start:], [], [], start, start, 1, len(mine))
         assert self.batch_size is not None  # the loader checks this on construction
         pool = [*carry, *self._order(epoch)]
         per_step = self.batch_size * self.num_shards
-        block = per_step * self.world_size
+        block = per_step * self.order.world_size
         if self.last_batch == "rollover":
             rest = len(pool) - start
             whole = start + rest - rest % block
-            mine = rank_part(pool[:whole], self.rank, self.world_size, "uneven", start)
+            mine = rank_part(pool[:whole], self.order.rank, self.order.world_size, "uneven", start)
             steps, _ = cut_steps(mine, [], self.batch_size, "discard", self.num_shards)
             return EpochPlan(epoch, steps, list(carry), pool[whole:], start, done, block, whole)
-        mine = rank_part(pool, self.rank, self.world_size, self.balance, start)
-        filler = rank_part(pool, self.rank, self.world_size, self.balance) if start else None
+        mine = self.order.part(pool, start)
+        filler = self.order.part(pool) if start else None
         steps, _ = cut_steps(mine, [], self.batch_size, self.last_batch, self.num_shards, filler)
         return EpochPlan(epoch, steps, list(carry), [], start, done, block, len(pool))
 
@@ -188,13 +183,13 @@ class ShardPlanner:
         """Steps of the next epoch for this rank from ``start`` (``TypeError`` for an unsized sampler)."""
         if self.batch_sampler is not None:
             total = len(self.batch_sampler)  # type: ignore[arg-type]  # TypeError when unsized, as len() should
-            return rank_count(total, self.rank, self.world_size, self.balance) - start
+            return self.order.part_size(total) - start
         assert self.batch_size is not None  # the loader checks this on construction
         rest = carry + self.total() - start
         per_step = self.batch_size * self.num_shards
         if self.last_batch == "rollover":
-            return rest // (per_step * self.world_size)
-        mine = rank_count(rest, self.rank, self.world_size, self.balance)
+            return rest // (per_step * self.order.world_size)
+        mine = self.order.part_size(rest)
         return count_steps(mine, 0, self.batch_size, self.last_batch, self.num_shards)
 
     def total(self) -> int:
@@ -216,13 +211,14 @@ class ShardPlanner:
         else:
             return None
         unit = "steps" if self.batch_sampler is not None else "indices"
-        share = rank_count(total, self.rank, self.world_size, self.balance)
-        place = f"rank {self.rank} of {self.world_size}"
+        order = self.order
+        share = order.part_size(total)
+        place = f"rank {order.rank} of {order.world_size}"
         if total and not share:
             return (
                 "balance",
-                f"{self.balance!r} leaves {place} no data: an epoch has {total} {unit}, fewer than the "
-                f"{self.world_size} ranks; use balance 'pad' (repeats a few) or fewer ranks",
+                f"{order.balance!r} leaves {place} no data: an epoch has {total} {unit}, fewer than the "
+                f"{order.world_size} ranks; use balance 'pad' (repeats a few) or fewer ranks",
             )
         step = (self.batch_size or 0) * self.num_shards  # batch_size is None with a batch_sampler only
         if share and self.batch_sampler is None and self.last_batch == "discard" and share < step:
@@ -237,8 +233,7 @@ class ShardPlanner:
         if self.sampler is not None:
             _set_epoch(self.sampler, epoch)
             return [int(i) for i in self.sampler]
-        assert self.length is not None  # the loader checks this on construction
-        return epoch_order(self.length, self.seed, epoch, self.shuffle, self.dataset)
+        return self.order.sequence(epoch)
 
 
 def _set_epoch(source: object, epoch: int) -> None:
