@@ -408,16 +408,16 @@ def test_early_break_and_garbage_collection_stop_the_workers() -> None:
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, "batch_size must be given unless batch_sampler is"),
+        ({}, "batch_size: required unless batch_sampler is set"),
         (
             {"batch_sampler": [[0]], "batch_size": 2, "shuffle": True},
-            "batch_size, shuffle must not be given with",
+            "batch_size: must not be set with batch_sampler",
         ),
         (
             {"batch_sampler": [[0]], "last_batch": "rollover"},
-            "last_batch must not be given with batch_sampler",
+            "last_batch: must not be set with batch_sampler",
         ),
-        ({"batch_size": 2, "sampler": [0, 1], "shuffle": True}, "shuffle must not be given with sampler"),
+        ({"batch_size": 2, "sampler": [0, 1], "shuffle": True}, "shuffle: must be false with a sampler"),
         ({"batch_size": 2, "last_batch": "roll"}, "last_batch must be one of keep, discard, rollover"),
         ({"batch_size": 2, "rank": 1}, "give rank and world_size together"),
         ({"batch_size": 2, "rank": 2, "world_size": 2}, r"rank must be in \[0, world_size\)"),

@@ -23,6 +23,8 @@ from loaderfactory.components.state import check_matching, require_int, require_
 from loaderfactory.components.workers.exits import stop_workers
 from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
 from loaderfactory.errors import ArgumentError, ResumeError
+from loaderfactory.rules import raise_first
+from loaderfactory.rules.torch_loader import sampling_problems
 
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -134,24 +136,13 @@ class ResumableDataLoader(DataLoader[Any]):
         batch_sampler: Iterable[Any] | None,
         balance: Balance,
     ) -> ResumableSampler | ReplayedSampler:
+        raise_first(sampling_problems(batch_size, shuffle, sampler, batch_sampler, drop_last))
         if batch_sampler is not None:
-            if sampler is not None or shuffle or drop_last or batch_size is not None:
-                raise ArgumentError(
-                    "batch_sampler",
-                    "batch_sampler makes the batches itself: leave batch_size None and "
-                    "shuffle, sampler and drop_last unset",
-                )
             return ReplayedSampler(batch_sampler)
         if sampler is not None:
-            if shuffle:
-                raise ArgumentError("shuffle", "sampler gives the order itself: leave shuffle False")
             if batch_size is None:
                 return ReplayedSampler(sampler)
             return ReplayedSampler(BatchSampler(sampler, batch_size, drop_last))
-        if batch_size is None and drop_last:
-            raise ArgumentError(
-                "drop_last", "drop_last needs batches: batch_size None passes items through unbatched"
-            )
         length = len(dataset)  # type: ignore[arg-type]  # map-style datasets are sized
         order = RankOrder(length, self.seed, shuffle, self.rank, self.world_size, balance, dataset)
         return ResumableSampler(order, batch_size, drop_last)

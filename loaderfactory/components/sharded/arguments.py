@@ -1,14 +1,16 @@
 """The cheap checks of :class:`~loaderfactory.components.sharded.ShardedDataLoader`'s arguments.
 
 Each raises :class:`~loaderfactory.errors.ArgumentError` (a ``ValueError``) naming the argument to
-change, so a builder can point at its config field. Configs get the same rules, with every problem
-at once, from :class:`~loaderfactory.config.specs.sharded.ShardedLoaderSpec`.
+change, so a builder can point at its config field. The rules across arguments are
+:mod:`loaderfactory.rules.sharded`'s, which the spec reports all at once.
 """
 
 from __future__ import annotations
 
 from loaderfactory.components.sharded.sampling import BALANCE, LAST_BATCH
 from loaderfactory.errors import ArgumentError
+from loaderfactory.rules import raise_first
+from loaderfactory.rules.sharded import sampling_problems
 
 
 def check_sampling(
@@ -29,33 +31,9 @@ def check_sampling(
         raise ArgumentError("balance", f"balance must be one of {', '.join(BALANCE)}, got {balance!r}")
     if num_shards < 1:
         raise ArgumentError("num_shards", f"num_shards must be >= 1, got {num_shards}")
-    if batch_sampler is not None:
-        given = [
-            name
-            for name, is_set in (
-                ("batch_size", batch_size is not None),
-                ("shuffle", shuffle),
-                ("sampler", sampler is not None),
-                ("last_batch", last_batch != "keep"),
-                ("num_shards", num_shards != 1),
-            )
-            if is_set
-        ]
-        if given:
-            raise ArgumentError(
-                given[0],
-                f"{', '.join(given)} must not be given with batch_sampler: the batch sampler decides "
-                "batches and shards itself",
-            )
-        return
-    if batch_size is None:
-        raise ArgumentError("batch_size", "batch_size must be given unless batch_sampler is")
-    if batch_size < 1:
+    raise_first(sampling_problems(batch_size, shuffle, sampler, last_batch, batch_sampler, num_shards))
+    if batch_size is not None and batch_size < 1:
         raise ArgumentError("batch_size", f"batch_size must be >= 1, got {batch_size}")
-    if sampler is not None and shuffle:
-        raise ArgumentError(
-            "shuffle", "shuffle must not be given with sampler: the sampler decides the order"
-        )
 
 
 def check_workers(worker_type: str, num_workers: int, prefetch: int | None, timeout: float | None) -> None:

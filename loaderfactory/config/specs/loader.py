@@ -20,6 +20,7 @@ from loaderfactory.config.specs.base import (
 from loaderfactory.config.specs.refs import CollateRef
 from loaderfactory.config.specs.sharded import Distributed
 from loaderfactory.config.specs.target import CallableTargetSpec, SamplerTargetSpec
+from loaderfactory.rules import torch_loader as torch_rules
 
 
 class TorchLoaderSpec(Spec):
@@ -157,22 +158,10 @@ class TorchLoaderSpec(Spec):
     def _torch_sampling_rules(self) -> TorchLoaderSpec:
         """torch's own rules, by field: batch_sampler excludes batch_size (null), shuffle, sampler and
         drop_last; a sampler excludes shuffle; drop_last needs a batch_size."""
-        problems: list[tuple[str, str, Any]] = []
-        if self.batch_sampler is not None:
-            reason = "batch_sampler makes the batches (and their order); "
-            if self.batch_size is not None:
-                problems.append(("batch_size", reason + "set batch_size to null", self.batch_size))
-            for name in ("shuffle", "drop_last"):
-                if getattr(self, name):
-                    problems.append((name, reason + f"set {name} to false", True))
-            if self.sampler is not None:
-                problems.append(("sampler", reason + "drop the sampler", self.sampler.target))
-        elif self.sampler is not None and self.shuffle:
-            problems.append(("shuffle", "the sampler gives the order; set shuffle to false", True))
-        if self.batch_size is None and self.drop_last and self.batch_sampler is None:
-            problems.append(
-                ("drop_last", "batch_size null makes no batches to drop; set drop_last to false", True)
-            )
+        sampler = self.sampler.target if self.sampler is not None else None
+        problems = torch_rules.sampling_problems(
+            self.batch_size, self.shuffle, sampler, self.batch_sampler, self.drop_last
+        )
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self

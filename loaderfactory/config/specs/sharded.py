@@ -27,6 +27,7 @@ from loaderfactory.config.specs.base import (
 )
 from loaderfactory.config.specs.refs import CollateRef
 from loaderfactory.config.specs.target import SamplerTargetSpec
+from loaderfactory.rules import sharded as sharded_rules
 
 
 class DistributedSpec(Spec):
@@ -162,53 +163,19 @@ class ShardedLoaderSpec(WorkersSpec):
         """batch_sampler excludes batch_size, shuffle, sampler, last_batch and num_shards, and batch_size is
         required without it; a sampler excludes shuffle; prefetch, persistent_workers, timeout and
         multiprocessing_context need num_workers >= 1, multiprocessing_context also worker_type: process."""
-        problems: list[tuple[str, str, Any]] = []
-        if self.batch_sampler is not None:
-            given = {
-                "batch_size": self.batch_size is not None,
-                "shuffle": self.shuffle,
-                "sampler": self.sampler is not None,
-                "last_batch": self.last_batch != "keep",
-                "num_shards": self.num_shards != 1,
-            }
-            problems += [
-                (
-                    name,
-                    f"must not be set with batch_sampler, which decides batches and shards itself; "
-                    f"drop {name} (or set it to its default) or drop batch_sampler",
-                    getattr(self, name),
-                )
-                for name, is_set in given.items()
-                if is_set
-            ]
-        elif self.batch_size is None:
-            problems.append(("batch_size", "required unless batch_sampler is set", None))
-        if self.sampler is not None and self.shuffle:
-            problems.append(("shuffle", "must be false with a sampler, which decides the order itself", True))
-        if self.num_workers == 0:
-            given = {
-                "prefetch": self.prefetch is not None,
-                "persistent_workers": self.persistent_workers,
-                "timeout": self.timeout is not None,
-                "multiprocessing_context": self.multiprocessing_context is not None,
-            }
-            problems += [
-                (
-                    name,
-                    f"needs workers, but num_workers is 0; set num_workers >= 1 or drop {name}",
-                    getattr(self, name),
-                )
-                for name, is_set in given.items()
-                if is_set
-            ]
-        elif self.worker_type == "thread" and self.multiprocessing_context is not None:
-            problems.append(
-                (
-                    "multiprocessing_context",
-                    "applies to process workers; drop it or set worker_type: process",
-                    self.multiprocessing_context,
-                )
-            )
+        sampler = self.sampler.target if self.sampler is not None else None
+        batch_sampler = self.batch_sampler.target if self.batch_sampler is not None else None
+        problems = sharded_rules.sampling_problems(
+            self.batch_size, self.shuffle, sampler, self.last_batch, batch_sampler, self.num_shards
+        )
+        problems += sharded_rules.worker_problems(
+            self.num_workers,
+            self.worker_type,
+            self.prefetch,
+            self.persistent_workers,
+            self.timeout,
+            self.multiprocessing_context,
+        )
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self

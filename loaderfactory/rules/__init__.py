@@ -1,0 +1,22 @@
+"""Rules across arguments, written once for both layers: pure Python, no torch, pydantic or Hydra.
+
+Each function returns ``(field, message, value)`` for every rule broken. A spec reports them all at
+once, each at its config field (:func:`loaderfactory.config.specs.base.broken_rules`); a runtime
+constructor raises the first as :class:`~loaderfactory.errors.ArgumentError` (:func:`raise_first`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loaderfactory.errors import ArgumentError
+
+Problem = tuple[str, str, Any]
+"""``(field, message, value)``: the argument (spec field) to change, what is wrong, what was given."""
+
+
+def raise_first(problems: list[Problem]) -> None:
+    """Raise the first problem as an :class:`ArgumentError` naming its argument; nothing when none."""
+    if problems:
+        field, message, _ = problems[0]
+        raise ArgumentError(field, f"{field}: {message}")
