@@ -235,6 +235,36 @@ def test_a_user_sampler_with_set_epoch_resumes_exactly() -> None:
         assert [ids(b) for b in restored] == reference[2]
 
 
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        {
+            "_target_": "torch.utils.data.WeightedRandomSampler",
+            "weights": [1.0] * 4 + [5.0] * 3,
+            "num_samples": 15,
+        },
+        {"_target_": "torch.utils.data.RandomSampler", "replacement": True, "num_samples": 15},
+    ],
+    ids=["weighted", "random"],
+)
+def test_torchs_random_samplers_resume_exactly(sampler: dict[str, Any]) -> None:
+    """A sampler drawing from a ``generator`` attribute gets one seeded by (seed, epoch) per pass, so
+    a restored loader draws exactly the batches an unbroken run draws next, epochs after included."""
+    config = {**torch_config(batch_size=2, sampler=sampler), "seed": 3}
+    with build_loader(config) as loader:
+        whole = [ids(b) for b in loader] + [ids(b) for b in loader]
+    with build_loader(config) as loader:
+        batches = iter(loader)
+        head = [ids(next(batches)) for _ in range(3)]
+        state = loader.state_dict()
+        del batches
+    with build_loader(config) as restored:
+        restored.load_state_dict(state)
+        rest = [ids(b) for b in restored] + [ids(b) for b in restored]
+    assert head + rest == whole
+    assert whole[:8] != whole[8:]  # each epoch draws anew
+
+
 def test_set_epoch_reaches_a_user_sampler() -> None:
     """``Loader.set_epoch(e)`` makes the user's sampler yield its order of epoch ``e``."""
     config = torch_config(batch_size=None, sampler={"_target_": f"{HERE}.EpochSampler", "seed": 4})

@@ -11,9 +11,17 @@ import itertools
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+import torch
 from torch.utils.data import Sampler
 
 from loaderfactory.components.order import RankOrder, advance, batch_count, batches
+
+_GOLDEN = 0x9E3779B97F4A7C15
+
+
+def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
+    """A seed for ``epoch`` that differs from every other epoch's (and per ``salt``)."""
+    return (seed + (epoch + 1) * _GOLDEN + salt * 0x632BE59BD9B4E019) % 2**63
 
 
 class ResumableSampler(Sampler[Any]):
@@ -52,18 +60,28 @@ class ResumableSampler(Sampler[Any]):
 
 
 class ReplayedSampler(Sampler[Any]):
-    """A sampler of yours, restartable at any batch: each pass calls its ``set_epoch(epoch)`` (when it
-    has one, or its inner ``sampler`` has) and skips the first :attr:`start` entries.
+    """A sampler of yours, restartable at any batch: each pass skips the first :attr:`start` entries.
 
-    Resuming is exact when the sampler's order is a function of its epoch (``DistributedSampler``,
-    or any sampler given a seeded generator that ``set_epoch`` reseeds).
+    Before each pass, the sampler (or its inner ``sampler``, for a ``BatchSampler``) gets its epoch:
+    ``set_epoch(epoch)`` when it has one (``DistributedSampler``); else, when it draws from a
+    ``generator`` attribute (torch's ``RandomSampler``, ``WeightedRandomSampler``,
+    ``SubsetRandomSampler``), a new generator for the epoch, seeded from the generator's own seed
+    when it came with one (epoch 0 then draws exactly what it would have), else from ``seed``.
+    Resuming is exact when the sampler's order is a function of those.
     """
 
-    def __init__(self, inner: Iterable[Any]) -> None:
+    def __init__(self, inner: Iterable[Any], seed: int) -> None:
         self.inner = inner
+        self.seed = seed
         self.epoch = 0
         self.start = 0
         self.done = 0
+        self._sources: list[Any] = [s for s in (inner, getattr(inner, "sampler", None)) if s is not None]
+        self._own_seeds = {
+            id(s): s.generator.initial_seed()
+            for s in self._sources
+            if isinstance(getattr(s, "generator", None), torch.Generator)
+        }
 
     def position_after(self, delivered: int) -> int:
         """Entries of the sampler consumed after ``delivered`` more from :attr:`start`."""
@@ -73,8 +91,16 @@ class ReplayedSampler(Sampler[Any]):
         return len(self.inner)  # type: ignore[arg-type]  # TypeError for an unsized sampler, as torch's
 
     def __iter__(self) -> Iterator[Any]:
-        for source in (self.inner, getattr(self.inner, "sampler", None)):
+        for source in self._sources:
             set_epoch = getattr(source, "set_epoch", None)
             if callable(set_epoch):
                 set_epoch(self.epoch)
+            elif hasattr(source, "generator"):
+                source.generator = torch.Generator().manual_seed(self._epoch_seed(source))
         return itertools.islice(iter(self.inner), self.start, None)
+
+    def _epoch_seed(self, source: object) -> int:
+        own = self._own_seeds.get(id(source))
+        if own is None:
+            return epoch_seed(self.seed, self.epoch, salt=2)
+        return own if self.epoch == 0 else epoch_seed(own, self.epoch, salt=2)

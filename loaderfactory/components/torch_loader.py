@@ -17,7 +17,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
 from loaderfactory.components.order import Balance, RankOrder
-from loaderfactory.components.samplers import ReplayedSampler, ResumableSampler
+from loaderfactory.components.samplers import ReplayedSampler, ResumableSampler, epoch_seed
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
 from loaderfactory.components.workers.exits import stop_workers
@@ -25,13 +25,6 @@ from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
 from loaderfactory.errors import ArgumentError, ResumeError
 from loaderfactory.rules import raise_first
 from loaderfactory.rules.torch_loader import sampling_problems
-
-_GOLDEN = 0x9E3779B97F4A7C15
-
-
-def epoch_seed(seed: int, epoch: int, salt: int = 0) -> int:
-    """A seed for ``epoch`` that differs from every other epoch's (and per ``salt``)."""
-    return (seed + (epoch + 1) * _GOLDEN + salt * 0x632BE59BD9B4E019) % 2**63
 
 
 class ResumableDataLoader(DataLoader[Any]):
@@ -138,11 +131,11 @@ class ResumableDataLoader(DataLoader[Any]):
     ) -> ResumableSampler | ReplayedSampler:
         raise_first(sampling_problems(batch_size, shuffle, sampler, batch_sampler, drop_last))
         if batch_sampler is not None:
-            return ReplayedSampler(batch_sampler)
+            return ReplayedSampler(batch_sampler, self.seed)
         if sampler is not None:
             if batch_size is None:
-                return ReplayedSampler(sampler)
-            return ReplayedSampler(BatchSampler(sampler, batch_size, drop_last))
+                return ReplayedSampler(sampler, self.seed)
+            return ReplayedSampler(BatchSampler(sampler, batch_size, drop_last), self.seed)
         length = len(dataset)  # type: ignore[arg-type]  # map-style datasets are sized
         order = RankOrder(length, self.seed, shuffle, self.rank, self.world_size, balance, dataset)
         return ResumableSampler(order, batch_size, drop_last)
@@ -277,6 +270,8 @@ class ResumableDataLoader(DataLoader[Any]):
         self.seed = seed
         if isinstance(self._sampler, ResumableSampler):
             self._sampler.order.seed = self.seed
+        elif isinstance(self._sampler, ReplayedSampler):
+            self._sampler.seed = self.seed
         self._pending = (epoch, position, steps)
         self._active = False
 
