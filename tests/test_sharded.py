@@ -311,13 +311,26 @@ def test_workers_are_fresh_each_epoch_without_persistence() -> None:
     assert gone(pids) and loader.worker_pids == []
 
 
+class RandomTogether(Random):
+    """Items 0 and 1 wait for each other, so two thread workers load one each, however busy the machine."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.together = threading.Barrier(2)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        if index < 2:
+            self.together.wait(timeout=30)
+        return super().__getitem__(index)
+
+
 @pytest.mark.parametrize("worker_type", ["process", "thread"])
 def test_each_worker_gets_its_own_reproducible_seed(worker_type: str) -> None:
     """Workers draw different torch, numpy and random numbers, the same again for the same seed."""
 
     def draws() -> dict[int, tuple[float, float, float]]:
         with ShardedDataLoader(
-            Random(),
+            RandomTogether() if worker_type == "thread" else Random(),
             batch_size=1,
             num_workers=2,
             worker_type=worker_type,

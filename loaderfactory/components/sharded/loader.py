@@ -19,6 +19,7 @@ from torch.utils.data import default_collate
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.sharded.arguments import check_sampling, check_workers, place
 from loaderfactory.components.sharded.passes import LoadStep, Pass, Pool
+from loaderfactory.components.sharded.position import Position, read_position
 from loaderfactory.components.sharded.sampling import (
     Balance,
     EpochPlan,
@@ -29,7 +30,6 @@ from loaderfactory.components.sharded.sampling import (
 from loaderfactory.components.state import (
     check_matching,
     require_int,
-    require_int_list,
     require_keys,
     require_state,
 )
@@ -151,12 +151,7 @@ class ShardedDataLoader:
             balance=balance,
             dataset=dataset,
         )
-        self._epoch = 0
-        self._carry: list[int] = []
-        self._resume: tuple[int, int] = (0, 0)  # (position, steps delivered) the next pass starts at
-        # Where an unfinished pass stopped: its plan and the steps it yielded. Kept after an early
-        # break, so state_dict() taken then resumes after the last batch delivered.
-        self._stopped_at: tuple[EpochPlan, int] | None = None
+        self._position = Position()
         self._generation = 0
         self._pool: Pool | None = None
         self._pass: weakref.ref[Pass] | None = None
@@ -167,22 +162,17 @@ class ShardedDataLoader:
     @property
     def epoch(self) -> int:
         """The epoch the next pass loads (each pass advances it unless :meth:`set_epoch` is called)."""
-        return self._epoch
+        return self._position.epoch
 
     def set_epoch(self, epoch: int) -> None:
         """Load ``epoch`` next: its shuffle order, identical on every rank that sets the same epoch."""
         if epoch < 0:
             raise ValueError(f"epoch must be >= 0, got {epoch}")
-        if epoch != self._epoch:
-            self._resume = (0, 0)  # a loaded state stays in force for its own epoch
-        self._epoch = epoch
+        self._position.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
         self._close_pass()
-        self._stopped_at = None
-        (start, done), self._resume = self._resume, (0, 0)
-        plan = self.planner.plan(self._epoch, self._carry, start, done)
-        self._epoch += 1
+        plan = self._position.next_plan(self.planner)
         current = Pass(self, plan, 0, self._take_pool())
         self._pass = weakref.ref(current)
         return current
@@ -191,15 +181,14 @@ class ShardedDataLoader:
         current = self._current_pass()
         if current is not None:
             return current.plan.done + len(current.plan.steps)
-        start, done = self._resume
-        return done + self.planner.count(len(self._carry), start)  # the whole epoch, also when resumed
+        at = self._position  # the whole epoch, also when resumed
+        return at.done + self.planner.count(len(at.carry), at.start)
 
     def _delivered(self, plan: EpochPlan, position: int) -> None:
-        self._stopped_at = (plan, position)
+        self._position.stopped_at = (plan, position)
 
     def _finished(self, plan: EpochPlan) -> None:
-        self._carry = list(plan.carry_out)
-        self._stopped_at = None
+        self._position.finished(plan)
 
     # -- workers ----------------------------------------------------------------------------------
 
@@ -275,25 +264,8 @@ class ShardedDataLoader:
         """Where the loader stands, the same on every rank: the epoch, the position in its pool and the
         steps delivered, the rollover it started with, the seed and the batching."""
         current = self._current_pass()
-        if current is not None:
-            stopped: tuple[EpochPlan, int] | None = (current.plan, current.position)
-        else:
-            stopped = self._stopped_at
-        if stopped is not None:
-            plan, delivered = stopped
-            epoch, carry = plan.epoch, plan.carry_in
-            position, steps = plan.position_after(delivered), plan.done + delivered
-        else:
-            epoch, carry = self._epoch, self._carry
-            position, steps = self._resume
-        return {
-            "epoch": epoch,
-            "position": position,
-            "steps": steps,
-            "carry": list(carry),
-            "seed": self.seed,
-            **self._layout(),
-        }
+        running = (current.plan, current.position) if current is not None else None
+        return {**self._position.state(running), "seed": self.seed, **self._layout()}
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` of any rank, at any world size: the next pass yields this
@@ -312,23 +284,13 @@ class ShardedDataLoader:
         if self.planner.elastic:
             layout.pop("world_size")
         check_matching(owner, state, layout)
-        epoch = require_int(owner, state, "epoch")
-        saved_world = require_int(owner, state, "world_size", low=1) if "world_size" in state else 1
-        rollover = self.planner.last_batch == "rollover" and self.planner.batch_size is not None
-        # A rollover is less than one step of all the ranks that saved it.
-        most = saved_world * (self.planner.batch_size or 0) * self.planner.num_shards - 1
-        carry = require_int_list(
-            owner, state, "carry", high=self._last_index(), max_length=most if rollover else 0
-        )
-        position = require_int(owner, state, "position", high=self._epoch_end(len(carry)))
-        steps = require_int(owner, state, "steps")
+        position = read_position(owner, state, self.planner, self._last_index())
         seed = require_int(owner, state, "seed", low=None)
         if self.seed_given:
             check_matching(owner, state, {"seed": self.seed})
         self._close_pass()
         self.seed = self.planner.order.seed = seed
-        self._stopped_at = None
-        self._epoch, self._resume, self._carry = epoch, (position, steps), carry
+        self._position = position
 
     def _layout(self) -> dict[str, Any]:
         """The batching that decides what a position means; a state saved under other values is refused."""
@@ -337,15 +299,6 @@ class ShardedDataLoader:
             "batch_size": self.planner.batch_size,
             "num_shards": self.planner.num_shards,
         }
-
-    def _epoch_end(self, carry: int) -> int | None:
-        """The largest position of an epoch that starts with ``carry`` rolled-over indices."""
-        try:
-            if self.planner.elastic:
-                return carry + self.planner.total()
-            return self.planner.count()
-        except TypeError:  # a sampler of yours without len()
-            return None
 
     def _last_index(self) -> int | None:
         """The largest dataset index, where the dataset is sized."""
@@ -361,6 +314,6 @@ class ShardedDataLoader:
             "prefetch": self.prefetch if self.num_workers else 0,
             "rank": self.rank,
             "world_size": self.world_size,
-            "epoch": self._epoch,
-            "rollover": len(self._carry),
+            "epoch": self._position.epoch,
+            "rollover": len(self._position.carry),
         }
