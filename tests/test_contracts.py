@@ -14,9 +14,8 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from loaderfactory import Loader, available, build_loader, compose
+from loaderfactory import Contract, Loader, available, build_loader, compose
 from loaderfactory.config import registry
-from loaderfactory.config.registry import Contract
 from loaderfactory.hydra.cli import run_app
 from loaderfactory.plan import format_plan, make_plan
 

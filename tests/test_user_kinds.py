@@ -21,9 +21,9 @@ from pydantic import PositiveInt
 from torch.utils.data import default_collate
 
 import loaderfactory
-from loaderfactory import Spec
+from loaderfactory import Contract, Spec
 from loaderfactory.config import registry
-from loaderfactory.config.registry import CONTRACT_LENGTH, Contract
+from loaderfactory.config.registry import CONTRACT_LENGTH
 from loaderfactory.hydra.cli import kinds_help
 from tests import test_contracts, test_dataset_contracts
 from tests.test_contracts import Case, missing_contracts
