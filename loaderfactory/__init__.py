@@ -14,6 +14,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "ConfigError": "loaderfactory.errors",
+    "Contract": "loaderfactory.config.registry",
     "Loader": "loaderfactory.loader",
     "LoaderFactoryError": "loaderfactory.errors",
     "LoaderSpec": "loaderfactory.config.specs.pipeline",
@@ -37,6 +38,7 @@ _EXPORTS = {
 
 __all__ = [
     "ConfigError",
+    "Contract",
     "Loader",
     "LoaderFactoryError",
     "LoaderSpec",
@@ -62,7 +64,7 @@ if TYPE_CHECKING:
     from loaderfactory.components.sharded import ShardedDataLoader
     from loaderfactory.components.stream import StreamWrapper
     from loaderfactory.components.thread import ThreadBuffer, ThreadDataLoader
-    from loaderfactory.config.registry import available, register
+    from loaderfactory.config.registry import Contract, available, register
     from loaderfactory.config.specs.base import Spec
     from loaderfactory.config.specs.pipeline import LoaderSpec
     from loaderfactory.errors import ConfigError, LoaderFactoryError, ResumeError, StallError, WorkerError

@@ -1,8 +1,10 @@
 """``run.mode=plan``: what a loader will run and the memory it will hold, before anything starts.
 
 Building a :class:`~loaderfactory.loader.Loader` starts no thread or process (they start on the
-first ``iter()``), so the plan reads the built components: their worker counts, buffer sizes and
-``len()``. Bytes come from one item loaded from the dataset, times the batch size.
+first ``iter()``), so the plan asks the built components: each says what it runs and holds with
+``footprint(item_bytes, batch_bytes) -> (runs, bytes, what)``; a component without one gets a line
+from its ``num_workers``, marked "not estimated". Bytes come from one item loaded from the dataset,
+times the batch size.
 """
 
 from __future__ import annotations
@@ -88,39 +90,24 @@ def _items_per_batch(loader: Loader) -> int:
 
 
 def _slot_plan(slot: str, component: Any, item: int, batch: int, plan: Plan) -> SlotPlan:
+    """What the component says of itself (its ``footprint``), or what its common attributes tell."""
     kind = type(component).__name__
-    workers = int(getattr(component, "num_workers", 0) or 0)
-    worker_type = getattr(component, "worker_type", "process")
+    if hasattr(component, "world_size"):  # a rank's loader: the plan is this rank's
+        plan.rank = int(getattr(component, "rank", 0))
+        plan.world_size = int(component.world_size)
+    footprint = getattr(component, "footprint", None)
+    if callable(footprint):
+        runs, held, what = footprint(item, batch)
+        return SlotPlan(slot, kind, runs, int(held), what)
     if slot == "dataset":
         return SlotPlan(slot, kind, "read by the next slot", 0, "items are loaded on demand")
-    if kind == "QueueDataset":
-        held = min(component.capacity * item, component.budget) if item else component.budget
-        flight = workers * item
-        return SlotPlan(
-            slot,
-            kind,
-            f"{workers} {worker_type} worker(s) and 1 filler thread",
-            held + flight,
-            f"{component.capacity} items (budget {component.budget} B) + {workers} in flight",
-        )
-    if kind in ("ResumableDataLoader", "ShardedDataLoader"):
-        plan.rank = int(getattr(component, "rank", 0))
-        plan.world_size = int(getattr(component, "world_size", 1))
-        if workers == 0:  # collating holds a batch's items and the stacked batch at once
-            return SlotPlan(slot, kind, "the thread that reads it", 2 * batch, "a batch being collated")
-        depth = getattr(component, "prefetch_factor", None) or 2
-        ahead = workers * depth if kind == "ResumableDataLoader" else int(component.prefetch)
-        runs = f"{workers} {'process' if kind == 'ResumableDataLoader' else worker_type} worker(s)"
-        return SlotPlan(slot, kind, runs, ahead * batch, f"{ahead} batches in flight")
-    buffered = int(getattr(component, "buffer_size", 0) or 0)
-    if kind == "StreamWrapper":
-        runs = "1 producer thread" if buffered else "the consumer's thread"
-        return SlotPlan(slot, kind, runs, buffered * batch, f"{buffered} buffered batches")
-    if kind == "ThreadBuffer":
-        echo = 1 if getattr(component, "repeats", 1) > 1 and getattr(component, "copy_echoes", False) else 0
-        held = buffered + echo  # the buffer and an echo's copy; the batch in transit is upstream's
-        return SlotPlan(slot, kind, "1 producer thread", held * batch, f"{held} batches")
-    return SlotPlan(slot, kind, "(unknown: not a built-in kind)", 0, "not estimated")
+    workers = int(getattr(component, "num_workers", 0) or 0)
+    runs = (
+        f"{workers} {getattr(component, 'worker_type', 'process')} worker(s)"
+        if workers
+        else "its caller's thread"
+    )
+    return SlotPlan(slot, kind, runs, 0, f"not estimated: {kind} has no footprint(item_bytes, batch_bytes)")
 
 
 def format_plan(plan: Plan) -> str:

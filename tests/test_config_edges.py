@@ -13,6 +13,7 @@ import pytest
 from omegaconf import OmegaConf
 
 from loaderfactory import ConfigError, build_loader, compose, validate
+from loaderfactory.config import registry
 
 DATASET = {"kind": "synthetic", "length": 16, "fields": {"image": {"shape": [2]}}}
 
@@ -161,7 +162,7 @@ def test_the_json_schema_accepts_every_shipped_preset_and_refuses_unknown_keys()
 
     checker = jsonschema.Draft202012Validator(json_schema())
     conf = Path(__file__).resolve().parent.parent / "conf" / "loaderfactory"
-    for group in ("queue", "loader", "stream", "prefetch"):
+    for group in (slot for slot in registry.SLOTS if slot != "dataset"):
         for preset in sorted(p.stem for p in (conf / group).glob("*.yaml")):
             overrides = [f"{group}={preset}"] + (["dataset=volumes"] if group == "queue" else [])
             config = OmegaConf.to_container(compose(overrides), resolve=True)

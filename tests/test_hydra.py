@@ -32,8 +32,16 @@ PRESETS = sorted(
     if group.is_dir() and not group.name.startswith((".", "_"))
     for path in group.glob("*.yaml")
 )
-FILL_MANDATORY: dict[str, str] = {"dataset.root": "{tmp}"}
-"""Values for ``???`` keys of presets that leave a required value to the user (``{tmp}``: a temp folder)."""
+
+
+def fill_mandatory(group: str, kind: str, missing: list[str], folder: Path) -> list[str]:
+    """Values for a preset's ``???`` keys, from its kind's contract (which sets them to build it)."""
+    contracts = registry.lookup(group, kind).contracts  # type: ignore[arg-type]  # groups are slots
+    given = {o.split("=", 1)[0]: o for o in (contracts[0].overrides(folder) if contracts else []) if "=" in o}
+    unknown = [key for key in missing if key not in given]
+    assert not unknown, f"{group} {kind!r}: its contract sets no value for {unknown}; add one to it"
+    return [given[key] for key in missing]
+
 
 SMALL = ["dataset.length=16", "loader.batch_size=4"]
 
@@ -81,9 +89,7 @@ def test_every_shipped_preset_composes_and_validates(group: str, preset: str, tm
         with pytest.raises(ConfigError, match=r"is '\?\?\?' \(mandatory\)") as info:
             validate(cfg)
         assert info.value.paths[0] in missing
-        unknown = [key for key in missing if key not in FILL_MANDATORY]
-        assert not unknown, f"add a value for {unknown} to FILL_MANDATORY"
-        fills = [f"{key}={FILL_MANDATORY[key].format(tmp=tmp_path)}" for key in missing]
+        fills = fill_mandatory(group, cfg[group].kind, missing, tmp_path)
         cfg = compose([f"{group}={preset}", *fills])
     spec = validate(cfg)
     assert spec.slot(group) is not None

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 import loaderfactory
+from loaderfactory import Loader
 from loaderfactory.plan import format_plan, make_plan
 from tests.test_cli import cli
 
@@ -93,3 +95,28 @@ def test_plan_is_within_a_quarter_of_a_real_runs_peak(tmp_path: Path) -> None:
     assert ran.returncode == 0, ran.stderr
     measured = json.loads((tmp_path / "run" / "report.json").read_text())["peak_growth_mb"]
     assert abs(measured - plan) <= 0.25 * plan, (measured, plan)
+
+
+class _Undescribed:
+    """A component of a user's kind that says nothing about its memory."""
+
+    num_workers = 3
+    worker_type = "thread"
+
+    def __init__(self, source: list[int]) -> None:
+        self.source = source
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.source)
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+
+def test_a_component_without_a_footprint_gets_a_line_saying_so() -> None:
+    """A kind plan.py has never heard of is described from its workers and marked as not estimated."""
+    plan = make_plan(Loader({"loader": _Undescribed([1, 2, 3])}))
+    line = next(s for s in plan.slots if s.slot == "loader")
+    assert (line.kind, line.runs, line.holds_bytes) == ("_Undescribed", "3 thread worker(s)", 0)
+    assert line.holds == "not estimated: _Undescribed has no footprint(item_bytes, batch_bytes)"
+    assert "unknown: not a built-in kind" not in format_plan(plan)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from omegaconf import OmegaConf
 
-from loaderfactory import ConfigError, LoaderSpec, validate
+from loaderfactory import ConfigError, LoaderSpec, available, validate
 
 SYNTH = {"kind": "synthetic", "length": 8}
 
@@ -243,7 +243,8 @@ BAD_CONFIGS = [
     pytest.param(
         {},
         ["dataset"],
-        r"missing; choose a kind \(synthetic, tensor_folder.*\), give a _target_, or pass dataset=",
+        rf"missing; choose a kind \({', '.join(k for k in available('dataset') if k[0] != '_')}\), "
+        "give a _target_, or pass dataset=",
         id="no_dataset",
     ),
     pytest.param(

@@ -287,6 +287,13 @@ class ResumableDataLoader(DataLoader[Any]):
         except TypeError:  # a sampler of yours without len()
             return None
 
+    def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
+        """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""
+        if self.num_workers == 0:  # collating holds a batch's items and the stacked batch at once
+            return "the thread that reads it", 2 * batch_bytes, "a batch being collated"
+        ahead = self.num_workers * (self.prefetch_factor or 2)
+        return f"{self.num_workers} process worker(s)", ahead * batch_bytes, f"{ahead} batches in flight"
+
 
 def _count(owner: weakref.ref[ResumableDataLoader], token: int, batches: Iterator[Any]) -> Iterator[Any]:
     # Holds the loader weakly so an abandoned pass never keeps it alive.

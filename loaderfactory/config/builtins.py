@@ -1,13 +1,14 @@
-"""Every built-in kind, one line each: table, name, spec, builder.
+"""Every built-in kind, one call each: table, name, spec, builder and, for a slot kind, its contract.
 
 Imported on the registry's first use; users add kinds with the same ``register`` call. Builders
 are imported when a kind is first built, so validating a config (``run.mode=validate``, the
-schema, ``--help``) never imports torch.
+schema, ``--help``) never imports torch. A contract is the overrides that put the kind into the
+contract tests' small pipeline (``tests/test_contracts.py``, ``tests/test_dataset_contracts.py``).
 """
 
 from __future__ import annotations
 
-from loaderfactory.config.registry import lazy, register
+from loaderfactory.config.registry import CONTRACT_LENGTH, Contract, lazy, register
 from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec, RingCollateSpec
 from loaderfactory.config.specs.dataset import SyntheticDatasetSpec, TargetDatasetSpec, TensorFolderSpec
 from loaderfactory.config.specs.loader import TorchLoaderSpec
@@ -31,14 +32,40 @@ def builder(module: str, name: str) -> lazy:
     return lazy(f"loaderfactory.builders.{module}", name)
 
 
-register("dataset", "synthetic", SyntheticDatasetSpec, builder("dataset", "build_synthetic"))
-register("dataset", "tensor_folder", TensorFolderSpec, builder("dataset", "build_tensor_folder"))
+# Contracts: the overrides that put each slot kind into the contract tests' small pipeline.
+synthetic = ["dataset=synthetic", f"dataset.length={CONTRACT_LENGTH}", "dataset.fields.image.shape=[2]"]
+folder = [
+    Contract(builder("dataset", "tensor_folder_example")),
+    Contract(builder("dataset", "tensor_folder_npy_example"), name="npy"),
+]
+ram = Contract(
+    ["queue=ram", "queue.epoch_size=6", "queue.batch_size=4", "queue.capacity=8"], exact_resume=False
+)
+torch_loader = Contract(
+    ["loader=torch", "loader.batch_size=4", "loader.shuffle=true"], with_workers=["loader.num_workers=2"]
+)
+sharded = Contract(
+    ["loader=sharded", "loader.batch_size=4", "loader.shuffle=true", "loader.last_batch=rollover"],
+    with_workers=["loader.num_workers=2"],
+)
+epochs = Contract(
+    ["stream=epochs", "loader.batch_size=4", "stream.epoch_size=7", "stream.buffer_size=2"],
+    break_finishes_epoch=True,  # a stream's epochs are a count of batches, not passes over the data
+)
+thread = ["prefetch=thread", "loader.batch_size=4", "prefetch.buffer_size=2", "prefetch.repeats=2"]
+
+register(
+    "dataset", "synthetic", SyntheticDatasetSpec, builder("dataset", "build_synthetic"), contract=synthetic
+)
+register(
+    "dataset", "tensor_folder", TensorFolderSpec, builder("dataset", "build_tensor_folder"), contract=folder
+)
 register("dataset", "_target_", TargetDatasetSpec, builder("dataset", "build_target"))
-register("queue", "ram", QueueDatasetSpec, builder("queue", "build_ram_queue"))
-register("loader", "torch", TorchLoaderSpec, builder("loader", "build_torch_loader"))
-register("loader", "sharded", ShardedLoaderSpec, builder("sharded", "build_sharded_loader"))
-register("stream", "epochs", StreamWrapperSpec, builder("stream", "build_stream_wrapper"))
-register("prefetch", "thread", ThreadBufferSpec, builder("prefetch", "build_thread_buffer"))
+register("queue", "ram", QueueDatasetSpec, builder("queue", "build_ram_queue"), contract=ram)
+register("loader", "torch", TorchLoaderSpec, builder("loader", "build_torch_loader"), contract=torch_loader)
+register("loader", "sharded", ShardedLoaderSpec, builder("sharded", "build_sharded_loader"), contract=sharded)
+register("stream", "epochs", StreamWrapperSpec, builder("stream", "build_stream_wrapper"), contract=epochs)
+register("prefetch", "thread", ThreadBufferSpec, builder("prefetch", "build_thread_buffer"), contract=thread)
 register("transform", "compose", ComposeSpec, builder("transforms", "build_compose"))
 register("transform", "rand_flip", RandFlipSpec, builder("transforms", "build_rand_flip"))
 register("transform", "rand_permute", RandPermuteSpec, builder("transforms", "build_rand_permute"))

@@ -10,8 +10,9 @@ from __future__ import annotations
 import difflib
 import importlib
 import importlib.metadata
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, TypeVar, get_args
 
 from loaderfactory.config.specs.base import Spec
@@ -27,14 +28,54 @@ Builder = Callable[..., Any]
 B = TypeVar("B", bound=Builder)
 
 
+Setup = Sequence[str] | Callable[[Path], Sequence[str]]
+"""Overrides, or a function that prepares a temporary folder (files to read) and returns them."""
+
+
+@dataclass(frozen=True)
+class Contract:
+    """How the contract tests put a kind into a small pipeline, and what they may expect of it.
+
+    A slot kind's ``setup`` is the overrides that select it, in batches of 4, over the tests' small
+    synthetic dataset (42 items): ``["loader=my_kind", "loader.batch_size=4"]``. A dataset
+    kind's ``setup`` gives :data:`CONTRACT_LENGTH` items; when it needs files it is a function that
+    writes them into the folder it is given and returns the overrides.
+
+    Args:
+        setup: the overrides, or a function of a temporary folder returning them.
+        name: tells apart several contracts of one kind (a dataset kind reading several formats).
+        exact_resume: restored mid-epoch, it yields exactly the batches an unbroken run would;
+            ``False`` for a kind that restores its statistics but redraws (a queue).
+        break_finishes_epoch: after a ``break``, the next ``iter()`` yields the rest of the broken
+            epoch rather than a new one (a stream of fixed-size epochs).
+        with_workers: overrides that make it load in worker processes; the resume contract runs
+            again with them.
+    """
+
+    setup: Setup
+    name: str = ""
+    exact_resume: bool = True
+    break_finishes_epoch: bool = False
+    with_workers: Sequence[str] = ()
+
+    def overrides(self, folder: Path) -> list[str]:
+        """The overrides that select the kind; ``folder`` receives any files it reads."""
+        return list(self.setup(folder) if callable(self.setup) else self.setup)
+
+
+CONTRACT_LENGTH = 10
+"""Items of a dataset kind's contract setup."""
+
+
 @dataclass(frozen=True)
 class Entry:
-    """A registered kind: its spec class and the callable that builds it from a spec."""
+    """A registered kind: its spec class, the callable that builds it from a spec, its contracts."""
 
     table: Table
     kind: str
     spec: type[Spec]
     builder: Builder
+    contracts: tuple[Contract, ...] = ()
 
 
 _tables: dict[Table, dict[str, Entry]] = {table: {} for table in TABLES}
@@ -67,7 +108,13 @@ def _load_builtins() -> None:
 
 
 def register(
-    table: Table, kind: str, spec: type[Spec], builder: Builder | None = None, *, replace: bool = False
+    table: Table,
+    kind: str,
+    spec: type[Spec],
+    builder: Builder | None = None,
+    *,
+    contract: Contract | Sequence[str] | Sequence[Contract] | None = None,
+    replace: bool = False,
 ) -> Any:
     """Register ``kind`` in ``table``; with no ``builder``, return a decorator that takes one.
 
@@ -77,6 +124,8 @@ def register(
         spec: the :class:`~loaderfactory.config.specs.base.Spec` subclass validating its config.
         builder: called as ``builder(spec, upstream, context)`` for slots and
             ``builder(spec)`` for datasets' helpers (see the README).
+        contract: how the contract tests build a small pipeline with it (see :class:`Contract`);
+            a list of overrides is ``Contract(overrides)``. Every slot kind needs one.
         replace: allow replacing an existing kind; otherwise re-registering raises.
     """
     _load_builtins()
@@ -84,17 +133,35 @@ def register(
         raise ValueError(f"unknown registry table {table!r}; known: {', '.join(TABLES)}")
     if not (isinstance(spec, type) and issubclass(spec, Spec)):
         raise TypeError(f"spec for {table} {kind!r} must subclass loaderfactory.Spec, got {spec!r}")
+    contracts = _contracts(contract)
 
     def _add(fn: B) -> B:
         if kind in _tables[table] and not replace:
             raise ValueError(f"{table} kind {kind!r} is already registered; pass replace=True to override it")
-        _tables[table][kind] = Entry(table, kind, spec, fn)
+        _tables[table][kind] = Entry(table, kind, spec, fn, contracts)
         return fn
 
     if builder is None:
         return _add
     _add(builder)
     return builder
+
+
+def _contracts(contract: Contract | Sequence[str] | Sequence[Contract] | None) -> tuple[Contract, ...]:
+    if contract is None:
+        return ()
+    if isinstance(contract, Contract):
+        return (contract,)
+    if isinstance(contract, str):
+        raise TypeError(f"contract must be a list of overrides, got the string {contract!r}")
+    items = list(contract)
+    contracts = [item for item in items if isinstance(item, Contract)]
+    overrides = [item for item in items if isinstance(item, str)]
+    if len(contracts) == len(items):
+        return tuple(contracts)
+    if len(overrides) == len(items):
+        return (Contract(tuple(overrides)),)
+    raise TypeError(f"contract must be a Contract, a list of them or a list of overrides, got {contract!r}")
 
 
 def unregister(table: Table, kind: str) -> None:

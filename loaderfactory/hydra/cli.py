@@ -25,6 +25,7 @@ from hydra.core.hydra_config import HydraConfig
 from hydra.types import RunMode
 from omegaconf import DictConfig, OmegaConf
 
+from loaderfactory.config import registry
 from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.errors import ConfigError
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
@@ -116,7 +117,8 @@ def _plan(spec: LoaderSpec) -> None:
 
 
 def _slots(spec: LoaderSpec) -> str:
-    present = [s for s in ("dataset", "queue", "loader", "stream", "prefetch") if spec.slot(s) is not None]
+    """``dataset=synthetic, loader=torch``: each present slot's kind (``custom`` for a ``_target_``)."""
+    present = [s for s in registry.SLOTS if spec.slot(s) is not None]
     return ", ".join(f"{s}={getattr(spec.slot(s), 'kind', 'custom')}" for s in present)
 
 
@@ -273,8 +275,6 @@ def kinds_help() -> str:
     ``sine_waves (loaderfactory_sine)``. A plugin that fails to load is named at the end of the
     section rather than taking the whole help page down.
     """
-    from loaderfactory.config import registry
-
     problem = ""
     try:
         registry.load_plugins()

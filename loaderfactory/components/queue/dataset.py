@@ -303,6 +303,13 @@ class QueueDataset(IterableDataset[Any]):
         """The sampling-frequency histogram and (with ``log_sampling``) the fill level, as PNGs."""
         return self.telemetry_log.plot(Path(out_dir))
 
+    def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
+        """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""
+        held = min(self.capacity * item_bytes, self.budget) if item_bytes else self.budget
+        runs = f"{self.num_workers} {self.worker_type} worker(s) and 1 filler thread"
+        what = f"{self.capacity} items (budget {self.budget} B) + {self.num_workers} in flight"
+        return runs, held + self.num_workers * item_bytes, what
+
     def state_dict(self) -> dict[str, Any]:
         """What survives a restart: the sampling counts (the queue's items are reloaded), which the
         draws keep balancing, and the batches drawn in the current epoch (``in_epoch``)."""

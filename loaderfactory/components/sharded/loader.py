@@ -317,3 +317,10 @@ class ShardedDataLoader:
             "epoch": self._position.epoch,
             "rollover": len(self._position.carry),
         }
+
+    def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
+        """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""
+        if self.num_workers == 0:  # collating holds a step's items and the stacked batches at once
+            return "the thread that reads it", 2 * batch_bytes, "a batch being collated"
+        runs = f"{self.num_workers} {self.worker_type} worker(s)"
+        return runs, self.prefetch * batch_bytes, f"{self.prefetch} batches in flight"

@@ -264,6 +264,11 @@ class StreamWrapper:
         """Consumer wait per batch, producer busy time, epochs: for the report."""
         return {"name": self.name, "epochs": self._epoch, **self.timeline.summary()}
 
+    def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
+        """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""
+        runs = "1 producer thread" if self.buffer_size else "the consumer's thread"
+        return runs, self.buffer_size * batch_bytes, f"{self.buffer_size} buffered batches"
+
     def plot_telemetry(self, out_dir: Path) -> list[Path]:
         """A histogram of the consumer's wait per batch and a producer-vs-consumer timeline."""
         from loaderfactory.components.stream.plots import plot_stream

@@ -350,6 +350,12 @@ class ThreadBuffer(Generic[T]):
         self.close()
         self._pending = dict(state)
 
+    def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
+        """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""
+        echo = 1 if self.repeats > 1 and self.copy_echoes else 0
+        held = self.buffer_size + echo  # the buffer and an echo's copy; the batch in transit is upstream's
+        return "1 producer thread", held * batch_bytes, f"{held} batches"
+
     def __enter__(self) -> ThreadBuffer[T]:
         return self
 
