@@ -94,41 +94,38 @@ def _explain(error: ErrorDetails, data: dict[str, Any]) -> _Found:
     return _Found(problem, error["type"] in _TYPE_ERRORS or problem.message.startswith("must be a mapping"))
 
 
+_BOUNDS = {
+    "greater_than_equal": ("≥", "ge"),
+    "greater_than": (">", "gt"),
+    "less_than_equal": ("≤", "le"),
+    "less_than": ("<", "lt"),
+}
+
+_WANTED = {
+    **dict.fromkeys(("int_parsing", "int_type", "int_from_float"), "a whole number"),
+    **dict.fromkeys(("float_parsing", "float_type"), "a number"),
+    **dict.fromkeys(("bool_parsing", "bool_type"), "true or false"),
+    "finite_number": "a finite number",
+}
+"""What a value must be, by pydantic's error type, for the errors that say only that."""
+
+
 def _problem(error: ErrorDetails, loc: tuple[int | str, ...], data: dict[str, Any]) -> ConfigProblem:
     path = ".".join(str(part) for part in loc)
     value = error.get("input")
     ctx = error.get("ctx") or {}
     kind = error["type"]
     if kind == "extra_forbidden":
-        allowed = _allowed_fields(loc[:-1], data)
-        hint = ""
-        if allowed:
-            import difflib
-
-            guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            hint = (f" Did you mean {guess[0]!r}?" if guess else "") + f" Allowed: {', '.join(allowed)}"
-        return ConfigProblem(path, f"unknown field (got {value!r}).{hint}".rstrip("."))
+        return ConfigProblem(path, _unknown_field(loc, value, data))
     if kind == "missing":
         return ConfigProblem(path, "required, but missing")
-    bounds = {
-        "greater_than_equal": ("≥", "ge"),
-        "greater_than": (">", "gt"),
-        "less_than_equal": ("≤", "le"),
-        "less_than": ("<", "lt"),
-    }
-    if kind in bounds:
-        sign, key = bounds[kind]
+    if kind in _BOUNDS:
+        sign, key = _BOUNDS[kind]
         return ConfigProblem(path, f"must be {sign} {ctx[key]}, got {value!r}")
     if kind == "literal_error":
         return ConfigProblem(path, f"must be one of {ctx.get('expected')}, got {value!r}")
-    if kind in ("int_parsing", "int_type", "int_from_float"):
-        return ConfigProblem(path, f"must be a whole number, got {value!r}")
-    if kind in ("float_parsing", "float_type"):
-        return ConfigProblem(path, f"must be a number, got {value!r}")
-    if kind in ("bool_parsing", "bool_type"):
-        return ConfigProblem(path, f"must be true or false, got {value!r}")
-    if kind == "finite_number":
-        return ConfigProblem(path, f"must be a finite number, got {value!r}")
+    if kind in _WANTED:
+        return ConfigProblem(path, f"must be {_WANTED[kind]}, got {value!r}")
     if kind == "value_error":
         message = str(ctx.get("error", error["msg"]))
         if isinstance(value, dict) or repr(value) in message:  # the message shows the value already
@@ -137,6 +134,18 @@ def _problem(error: ErrorDetails, loc: tuple[int | str, ...], data: dict[str, An
     if kind == RULE:
         return ConfigProblem(path, error["msg"])
     return ConfigProblem(path, f"{error['msg'][0].lower()}{error['msg'][1:]}, got {_short(value)}")
+
+
+def _unknown_field(loc: tuple[int | str, ...], value: Any, data: dict[str, Any]) -> str:
+    """The message for an unknown field: its closest allowed name, and all of them."""
+    allowed = _allowed_fields(loc[:-1], data)
+    hint = ""
+    if allowed:
+        import difflib
+
+        guess = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+        hint = (f" Did you mean {guess[0]!r}?" if guess else "") + f" Allowed: {', '.join(allowed)}"
+    return f"unknown field (got {value!r}).{hint}".rstrip(".")
 
 
 def _short(value: Any) -> str:

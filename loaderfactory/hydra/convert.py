@@ -24,42 +24,52 @@ def to_plain(config: Any) -> Any:
     tensor, an array, a function) is a :class:`ConfigError` naming its path and type.
     """
     if isinstance(config, str | os.PathLike):
-        path = Path(config)
-        if not path.is_file():
-            raise ConfigError(f"config file {str(path)!r} does not exist")
-        try:
-            config = OmegaConf.load(path)
-        except Exception as err:
-            raise ConfigError(f"{path}: not valid YAML: {err}") from err
+        config = _load_yaml(Path(config))
     if isinstance(config, dict):
-        problems: list[ConfigProblem] = []
-        config = _yaml_values(config, "", problems)
-        if problems:
-            raise ConfigError(problems)
-        try:
-            config = OmegaConf.create(config)
-        except OmegaConfBaseException as err:  # what the walk lets through, e.g. a bad dataclass field
-            raise ConfigError(ConfigProblem(_key(err), str(err.msg).split("\n")[0])) from err
+        config = _node_of(config)
     if isinstance(config, DictConfig | ListConfig):
-        try:
-            missing = sorted(OmegaConf.missing_keys(config))
-            if missing:
-                message = "is '???' (mandatory) and was never set; set it in the YAML or on the command line"
-                raise ConfigError([ConfigProblem(key, message) for key in missing])
-            return OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
-        except MissingMandatoryValue as err:
-            raise ConfigError(
-                ConfigProblem(
-                    _key(err),
-                    "is '???' (mandatory) and was never set; set it in the YAML or on the command line",
-                )
-            ) from err
-        except InterpolationResolutionError as err:
-            reason = str(err.msg).split("\n")[0]  # OmegaConf appends its own full_key/object_type lines
-            raise ConfigError(ConfigProblem(_key(err), f"interpolation failed: {reason}")) from err
-        except OmegaConfBaseException as err:
-            raise ConfigError(ConfigProblem(_key(err), str(err))) from err
+        return _resolved(config)
     return config
+
+
+_MANDATORY = "is '???' (mandatory) and was never set; set it in the YAML or on the command line"
+
+
+def _load_yaml(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist")
+    try:
+        return OmegaConf.load(path)
+    except Exception as err:
+        raise ConfigError(f"{path}: not valid YAML: {err}") from err
+
+
+def _node_of(config: dict[Any, Any]) -> DictConfig:
+    """An OmegaConf node of a dict (so its interpolations resolve), after checking its values."""
+    problems: list[ConfigProblem] = []
+    config = _yaml_values(config, "", problems)
+    if problems:
+        raise ConfigError(problems)
+    try:
+        return OmegaConf.create(config)
+    except OmegaConfBaseException as err:  # what the walk lets through, e.g. a bad dataclass field
+        raise ConfigError(ConfigProblem(_key(err), str(err.msg).split("\n")[0])) from err
+
+
+def _resolved(config: DictConfig | ListConfig) -> Any:
+    """Plain containers of ``config`` with interpolations resolved, every problem at its key."""
+    try:
+        missing = sorted(OmegaConf.missing_keys(config))
+        if missing:
+            raise ConfigError([ConfigProblem(key, _MANDATORY) for key in missing])
+        return OmegaConf.to_container(config, resolve=True, throw_on_missing=True)
+    except MissingMandatoryValue as err:
+        raise ConfigError(ConfigProblem(_key(err), _MANDATORY)) from err
+    except InterpolationResolutionError as err:
+        reason = str(err.msg).split("\n")[0]  # OmegaConf appends its own full_key/object_type lines
+        raise ConfigError(ConfigProblem(_key(err), f"interpolation failed: {reason}")) from err
+    except OmegaConfBaseException as err:
+        raise ConfigError(ConfigProblem(_key(err), str(err))) from err
 
 
 def node_path(config: Any) -> str:
