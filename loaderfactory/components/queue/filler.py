@@ -69,7 +69,7 @@ class Filler:
     """Loads items on ``num_workers`` workers and puts them into ``store`` from one daemon thread.
 
     Costs that thread, the workers (threads, or processes whose items arrive in shared memory) and
-    up to one loaded item per worker outside the store.
+    up to one loaded item per worker outside the store (two per worker process in mode always).
     A failure, or a worker process that dies, is recorded in the store as soon as it happens, so
     the next draw raises it. Starts at construction.
 
@@ -102,11 +102,15 @@ class Filler:
         # in the store itself, and worker processes hand their results over as they finish.
         self.workers: ThreadWorkers[int, Loaded] | ProcessWorkers[int, Loaded]
         if worker_type == "process":
-            # One item in flight per worker: items outside the store are not counted in the budget.
+            # Mode always: two items in flight per worker (outside the budget), one handed over
+            # while the next loads. With one, each worker idled for a hand-over per item (a few ms,
+            # tens under load): filling 32 items took 0.81 s instead of 0.66 (threads: 0.48).
+            # Mode onsample loads one item per draw, and each item in hand delays a failure by a draw.
+            in_flight = 2 if store.mode == "always" else 1
             self.workers = ProcessWorkers(
                 LoadItem(dataset, preprocess),
                 num_workers,
-                prefetch=num_workers,
+                prefetch=in_flight * num_workers,
                 seed=seed,
                 in_order=False,
                 multiprocessing_context=multiprocessing_context,
