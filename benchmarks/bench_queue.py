@@ -2,14 +2,17 @@
 
     python benchmarks/bench_queue.py            # every row, each in a fresh subprocess
     python benchmarks/bench_queue.py --steps 400 --budget 16MB
+    python benchmarks/bench_queue.py --workers-type both --repeats 5   # medians, rows alternating
 
-Rows: ``QueueDataset`` (mode always, 2 thread workers, batch 4) vs
-``torch.utils.data.DataLoader(num_workers=2, shuffle=True)`` on the same dataset, plus MONAI's
-``SmartCacheDataset`` when ``monai`` is importable. Each row runs in its own process so its peak RSS
-is its own; steps/s counts from just before the loader is built (so every cache or queue fill counts,
-MONAI's included) and, after the first batch, in steady state. The last line draws 5,000 batches
-in mode onsample (loading delay 0: uniformity does not depend on speed) and prints the max/min
-ratio of draws per item.
+Rows: ``QueueDataset`` (mode always, 2 workers, batch 4) with thread and/or process workers
+(``--workers-type``) vs ``torch.utils.data.DataLoader(num_workers=2, shuffle=True)`` on the same
+dataset, plus MONAI's ``SmartCacheDataset`` when ``monai`` is importable. Each row runs in its own
+process so its peak RSS is its own; steps/s counts from just before the loader is built (so every
+cache or queue fill counts, MONAI's included) and, after the first batch, in steady state. With
+``--repeats`` the rows alternate and each figure is the median. With both worker types a line gives
+process/thread (the goal: steps/s within 0.9×). The last line draws 5,000 batches in mode
+onsample (loading delay 0: uniformity does not depend on speed) and prints the max/min ratio of
+draws per item.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import statistics
 import subprocess
 import sys
 import time
@@ -68,14 +72,21 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
     base = peak_rss_mb()
     ds = dataset()
     extra: dict[str, Any] = {}
-    if name == "queue":
+    if name.startswith("queue"):
         from loaderfactory.components.queue.dataset import QueueDataset
         from loaderfactory.config.specs.queue import QueueDatasetSpec
 
         size = QueueDatasetSpec.model_validate({"ram_budget": budget}).ram_budget  # "16MB" → bytes
         start = time.perf_counter()
         with QueueDataset(
-            ds, epoch_size=10**9, mode="always", num_workers=2, batch_size=BATCH, ram_budget=size, seed=0
+            ds,
+            epoch_size=10**9,
+            mode="always",
+            num_workers=2,
+            worker_type="process" if name == "queue process" else "thread",
+            batch_size=BATCH,
+            ram_budget=size,
+            seed=0,
         ) as queue:
             result = timed(queue, steps, start)
             telemetry = queue.telemetry()
@@ -138,6 +149,23 @@ def run_row(name: str, steps: int, budget: str) -> dict[str, Any]:
     }
 
 
+def measure_row(row: str, steps: int, budget: str) -> dict[str, Any]:
+    """One run of ``row`` in a fresh subprocess."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--row", row, "--steps", str(steps), "--budget", budget],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def median_row(row: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Each figure of ``row``'s runs as its median."""
+    figures = {key: statistics.median(r[key] for r in runs) for key in runs[0] if key != "row"}
+    return {"row": row, **figures}
+
+
 def sampling_ratio(draws: int) -> dict[str, Any]:
     from loaderfactory.components.queue.dataset import QueueDataset
 
@@ -168,31 +196,32 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=400)
     parser.add_argument("--budget", default="16MB", help="queue RAM budget (the dataset is 33.6 MB)")
     parser.add_argument("--draws", type=int, default=5000)
+    parser.add_argument(
+        "--workers-type", choices=["thread", "process", "both"], default="both", help="the queue's workers"
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="runs per row, alternating; medians shown")
     parser.add_argument("--row", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.row:
         print(json.dumps(run_row(args.row, args.steps, args.budget)))
         return
-    rows = ["dataloader", "queue"]
+    kinds = ["thread", "process"] if args.workers_type == "both" else [args.workers_type]
+    rows = ["dataloader", *(f"queue {kind}" for kind in kinds)]
     try:
         import monai  # noqa: F401
 
         rows.insert(1, "monai_smartcache")
     except ImportError:
         print("(monai not importable: no SmartCacheDataset row)")
-    results = []
-    for row in rows:
-        out = subprocess.run(
-            [sys.executable, __file__, "--row", row, "--steps", str(args.steps), "--budget", args.budget],
-            capture_output=True,
-            text=True,
-            check=True,
-        )
-        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    runs: dict[str, list[dict[str, Any]]] = {row: [] for row in rows}
+    for _ in range(args.repeats):
+        for row in rows:
+            runs[row].append(measure_row(row, args.steps, args.budget))
+    results = [median_row(row, runs[row]) for row in rows]
     base = results[0]["steps_per_s"]
     print(
         f"{ITEMS} items of 1×64³ float16, {LOAD_MS:.0f} ms load, {STEP_MS:.0f} ms step, batch {BATCH}, "
-        f"{args.steps} steps; step-bound ideal {1000 / STEP_MS:.0f} steps/s"
+        f"{args.steps} steps, median of {args.repeats} run(s); step-bound ideal {1000 / STEP_MS:.0f} steps/s"
     )
     header = (
         f"{'loader':<18}{'steps/s':>9}{'steady':>9}{'vs DL':>7}{'1st batch s':>13}"
@@ -206,6 +235,13 @@ def main() -> None:
             f"{r['steps_per_s'] / base:>6.1f}×"
             f"{r['first_batch_s']:>13.2f}{r['peak_rss_mb']:>13.0f}{r['rss_growth_mb']:>9.0f}"
             f"{r.get('budget_mb', float('nan')):>11.1f}{r.get('peak_held_mb', float('nan')):>9.1f}"
+        )
+    if len(kinds) == 2:
+        thread, process = (r for r in results if r["row"] in ("queue thread", "queue process"))
+        print(
+            f"\nqueue process/thread: steps/s {process['steps_per_s'] / thread['steps_per_s']:.2f}× "
+            f"(goal ≥ 0.9×), steady {process['steady_steps_per_s'] / thread['steady_steps_per_s']:.2f}×, "
+            f"1st batch {process['first_batch_s'] / thread['first_batch_s']:.2f}×"
         )
     ratio = sampling_ratio(args.draws)
     print(

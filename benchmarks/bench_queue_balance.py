@@ -2,6 +2,7 @@
 
     python benchmarks/bench_queue_balance.py                  # 5 seeds, thread and process workers
     python benchmarks/bench_queue_balance.py --step-ms 2 --workers thread --plots /tmp/balance
+    python benchmarks/bench_queue_balance.py --batch-size 4   # 4 items per draw
 
 The setting of the issue: 64 items of 1×64³ float16 taking 20 ms each to load, ``QueueDataset``
 in mode ``always`` with 2 workers, capacity 32, batch size 1, 800 draws with a 5 ms training step
@@ -12,6 +13,11 @@ before it (each draw picks held items uniformly at random) by replacing the queu
 the seeds, the coefficient of variation (std/mean) of the draws per item, their max/min, steps/s
 from construction (the fill included) and the time the consumer spends inside ``draw()``, then
 the ratios balanced/uniform. i.i.d. uniform draws give a CV of about sqrt(63/800) = 0.28 here.
+
+``--batch-size`` draws that many items per draw. With draws outpacing loads the CV falls as the
+passes loaded during the run grow (an item held in fewer passes stays behind), not with the batch
+size itself: 200 draws of 4 items see a quarter of the loads of 800 draws of 1 (CV about 0.1 with
+threads), while 200 draws of 4 with a 20 ms step give the CV of 800 draws of 1 with a 5 ms step.
 """
 
 from __future__ import annotations
@@ -54,7 +60,13 @@ POLICIES: dict[str, type[LeastDrawn]] = {"balanced": LeastDrawn, "uniform": Unif
 
 
 def measure(
-    policy: str, worker_type: str, seed: int, draws: int, step_ms: float, plots: Path | None
+    policy: str,
+    worker_type: str,
+    seed: int,
+    draws: int,
+    step_ms: float,
+    plots: Path | None,
+    batch_size: int = 1,
 ) -> dict[str, Any]:
     from loaderfactory.components.data.datasets import SyntheticDataset
 
@@ -72,7 +84,7 @@ def measure(
             num_workers=WORKERS,
             worker_type=worker_type,  # type: ignore[arg-type]  # "thread" or "process" from argparse
             capacity=CAPACITY,
-            batch_size=1,
+            batch_size=batch_size,
             seed=seed,
         ) as queue:
             queue.start()  # the fill, counted in steps/s but not in the time spent drawing
@@ -112,16 +124,18 @@ def main() -> None:
     parser.add_argument("--draws", type=int, default=800)
     parser.add_argument("--step-ms", type=float, default=5.0, help="training step after each draw")
     parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--batch-size", type=int, default=1, help="items per draw")
     parser.add_argument("--workers", nargs="+", default=["thread", "process"], choices=["thread", "process"])
     parser.add_argument("--plots", type=Path, help="write each run's draws-per-item histogram here")
     args = parser.parse_args()
     import torch
 
     torch.set_num_threads(1)
+    iid = iid_cv(args.draws * args.batch_size, args.seeds)
     print(
         f"{ITEMS} items of 1×64³ float16, {LOAD_MS:.0f} ms load, mode always, {WORKERS} workers, "
-        f"capacity {CAPACITY}, batch 1, {args.draws} draws, {args.step_ms:g} ms step; "
-        f"medians of {args.seeds} seeds; i.i.d. uniform draws: CV {iid_cv(args.draws, args.seeds):.3f}"
+        f"capacity {CAPACITY}, batch {args.batch_size}, {args.draws} draws, {args.step_ms:g} ms step; "
+        f"medians of {args.seeds} seeds; i.i.d. uniform draws: CV {iid:.3f}"
     )
     header = (
         f"{'workers':<9}{'policy':<10}{'CV':>7}{'CV range':>14}{'max/min':>9}"
@@ -135,7 +149,9 @@ def main() -> None:
             order = list(POLICIES)
             random.Random(seed).shuffle(order)  # neither policy always runs first on a warm machine
             for name in order:
-                runs[name].append(measure(name, worker_type, seed, args.draws, args.step_ms, args.plots))
+                runs[name].append(
+                    measure(name, worker_type, seed, args.draws, args.step_ms, args.plots, args.batch_size)
+                )
         medians = {
             name: {key: statistics.median(r[key] for r in rows) for key in rows[0]}
             for name, rows in runs.items()

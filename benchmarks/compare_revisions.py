@@ -8,8 +8,9 @@ Each measurement runs in a fresh subprocess whose ``loaderfactory`` is imported 
 median of ``--repeats`` runs per row and the ratio after/before (> 1: after is faster). Workloads:
 
 - queue: 64 items of 1×64³ float16 taking 20 ms each to load, 2 workers (thread or process),
-  mode ``always``, batch 4, 16 MB budget, 5 ms per step, 300 steps: steps/s from construction,
-  and the growth of the process tree's proportional set size (PSS) while it runs.
+  mode ``always``, batch 4, 16 MB budget, 5 ms per step, 300 steps: steps/s from construction
+  (less the time spent measuring memory), and the growth of the process tree's proportional set
+  size (PSS) while it runs.
 - sharded: 1,280 items of about 2 ms numpy work each, batch 32, with 0 or 2 workers: items/s of
   one epoch; and 1 MiB tensors through 2 process workers: MB/s.
 """
@@ -100,13 +101,16 @@ def measure(row: str) -> dict[str, float]:
         worker_type = row.split()[1]
         before = tree_pss_mb()
         peak = before
+        sampling = 0.0  # reading smaps takes about 80 ms with two worker processes, 20 without
         start = time.perf_counter()
         with slow_queue(worker_type) as queue:
             for step, _ in enumerate(queue):
                 time.sleep(0.005)
                 if step % 50 == 0:
+                    sampled = time.perf_counter()
                     peak = max(peak, tree_pss_mb())
-        elapsed = time.perf_counter() - start
+                    sampling += time.perf_counter() - sampled
+        elapsed = time.perf_counter() - start - sampling
         return {"steps/s": 300 / elapsed, "ΔPSS MB": peak - before}
     if row == "sharded transport":
         with ShardedDataLoader(Megabyte(256), batch_size=1, collate=first, num_workers=2) as loader:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import time
@@ -55,6 +56,89 @@ def test_worker_exception_reaches_the_consumer_with_its_type_and_item(worker_typ
         assert isinstance(info.value.__cause__, WorkerTraceback)
         assert "in __getitem__" in info.value.__cause__.text
         assert "pid" in notes
+
+
+FORK = multiprocessing.get_context("fork")
+WAIT_S = 10.0
+"""Bound on every wait in the tests below (a hang becomes a failure)."""
+STEP_S = 0.02
+"""The consumer's training step: without one, draws from a full queue in mode always come faster
+than any hand-over between processes."""
+
+
+class StuckThenFails(SyntheticDataset):
+    """Loads ``fine`` items; the next load is stuck until :meth:`release`, and the one after it fails.
+
+    The stuck item comes before the failing ones in the load order, as a slow read on network
+    storage would. The state is shared with worker processes (fork) in primitives that a worker
+    terminated while waiting on them cannot block (an ``Event`` would block its ``set()``).
+    """
+
+    def __init__(self, fine: int) -> None:
+        super().__init__(64, FIELDS)
+        self.fine = fine
+        self.lock = FORK.Lock()
+        self.loads = FORK.RawValue("i", 0)
+        self.bad = FORK.RawValue("i", -1)
+        """The item of the failing load; -1 before it."""
+        self.gate = FORK.Semaphore(0)
+
+    def __getitem__(self, index: int) -> Any:
+        with self.lock:
+            self.loads.value += 1
+            number = self.loads.value
+        if number == self.fine + 1:
+            self.gate.acquire(timeout=WAIT_S)
+        if number != self.fine + 2:
+            return super().__getitem__(index)
+        self.bad.value = index
+        raise BadItemError(f"cannot read item {index}")
+
+    def release(self) -> None:
+        self.gate.release()
+
+
+def draws_after_failure(queue: QueueDataset, dataset: StuckThenFails, limit: int = 100) -> tuple[int, Any]:
+    """Draws until one raises; returns the draws made after the failing load, and the error
+    (``None`` when ``limit`` draws came after it without one). Releases the stuck load at the end."""
+    batches = iter(queue)
+    after = 0
+    try:
+        for _ in batches:
+            after += dataset.bad.value >= 0
+            if after > limit:
+                return after, None
+            time.sleep(STEP_S)
+    except BadItemError as error:
+        return after, error
+    finally:
+        dataset.release()
+        batches.close()
+    return after, None
+
+
+@pytest.mark.parametrize("mode", ["onsample", "always"])
+@pytest.mark.parametrize("worker_type", ["thread", "process"])
+def test_a_failed_load_is_raised_within_a_few_draws_behind_a_stuck_one(worker_type: str, mode: str) -> None:
+    """A worker's failure reaches the next draws at once, not after the item loading before it in the
+    order (which could take hundreds of draws), with its type and the note naming its item."""
+    dataset = StuckThenFails(fine=8)
+    queue = QueueDataset(
+        dataset,
+        epoch_size=10**6,
+        mode=mode,  # type: ignore[arg-type]  # a Mode from the parameters
+        num_workers=2,
+        worker_type=worker_type,  # type: ignore[arg-type]
+        capacity=4,
+        seed=0,
+        timeout=WAIT_S,
+        multiprocessing_context="fork",
+    )
+    with queue:
+        after, error = draws_after_failure(queue, dataset)
+    assert error is not None, f"{after} draws after the failing load, and no error"
+    assert after <= 3, f"the error came {after} draws after the failing load"
+    assert f"while loading item {dataset.bad.value}" in "".join(getattr(error, "__notes__", []))
 
 
 def test_preprocess_exception_reaches_the_consumer() -> None:

@@ -45,8 +45,8 @@ class QueueDataset(IterableDataset[Any]):
     (gentle on storage, reproducible with a seed); in mode ``"always"`` the workers replace the
     oldest items as fast as they load and draws never wait once the queue has filled. Costs
     ``num_workers`` threads or processes, one filler thread and up to ``ram_budget`` of memory,
-    plus about one item in flight per worker. Workers start at the first iteration; breaking out of
-    an epoch early, ``close()`` or garbage collection stops them (the next iteration starts afresh).
+    plus an item in flight per worker (two per process in mode ``"always"``). Workers start at the first
+    iteration; breaking out early, ``close()`` or garbage collection stops them (the next starts afresh).
 
     Draws are balanced: each takes the held items whose dataset index has been drawn least often
     so far (since construction, or as restored by :meth:`load_state_dict`), ties broken at random,

@@ -90,18 +90,34 @@ class LeastDrawn:
     def take(self, k: int, held: int) -> list[Entry]:
         """``k`` of the ``held`` entries, least drawn first, in random order, counted as drawn.
 
-        Without replacement while ``held >= k``; otherwise every held entry is drawn before any
-        is drawn again.
+        Without replacement while ``held >= k``, and of distinct items while that many are held;
+        otherwise every held entry is drawn before any is drawn again.
         """
         drawn: list[Entry] = []
         while len(drawn) < k:
-            batch = [self._pop() for _ in range(min(k - len(drawn), held))]
-            for entry in batch:
-                self.counts[entry.index] += 1
-                self._push(entry)
-            drawn += batch
+            drawn += self._round(min(k - len(drawn), held), held)
         self._rng.shuffle(drawn)  # the batch's first row would otherwise always be its least drawn item
         return drawn
+
+    def _round(self, k: int, held: int) -> list[Entry]:
+        """The ``k`` least drawn of the ``held`` entries, of distinct items where there are enough."""
+        # Two copies of an item (held across a pass boundary) share its count, and keys rise only
+        # after the round: both were picked together, a batch of 4 held one item twice in about
+        # 1 of 200 draws. A copy of a picked item is set aside unless too few items are held.
+        picked: list[Entry] = []
+        copies: list[Entry] = []
+        items: set[int] = set()
+        while len(picked) < k and len(picked) + len(copies) < held:
+            entry = self._pop()
+            (copies if entry.index in items else picked).append(entry)
+            items.add(entry.index)
+        spare = k - len(picked)
+        picked += copies[:spare]
+        for entry in picked:
+            self.counts[entry.index] += 1
+        for entry in picked + copies[spare:]:
+            self._push(entry)
+        return picked
 
     def _push(self, entry: Entry) -> None:
         box: Box = [entry]

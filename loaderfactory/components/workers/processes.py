@@ -155,6 +155,7 @@ class ProcessWorkers(Generic[K, R]):
         num_workers: worker processes, at least 1.
         prefetch: results in flight at most (rounded up to a whole number per worker).
         seed: seeds the workers reproducibly (worker ``i`` gets a seed derived from it).
+        in_order: yield the results in key order; ``False`` yields each as soon as it arrives.
         timeout: seconds to wait for the next result before :class:`StallError`; ``None``: forever.
         persistent_workers: keep the processes between runs (until :meth:`close`).
         pin_memory: pin results, where an accelerator is present.
@@ -173,6 +174,7 @@ class ProcessWorkers(Generic[K, R]):
         *,
         prefetch: int,
         seed: int,
+        in_order: bool = True,
         timeout: float | None = None,
         persistent_workers: bool = False,
         pin_memory: bool = False,
@@ -203,6 +205,7 @@ class ProcessWorkers(Generic[K, R]):
             worker_init_fn=_WorkerInit(rank, worker_init_fn),
             multiprocessing_context=multiprocessing_context or _default_context(),
             generator=torch.Generator().manual_seed(seed),
+            in_order=in_order,
         )
         self._iterator: Any = None
         self._waiting: threading.Thread | None = None  # the thread inside next(), to wake on close
