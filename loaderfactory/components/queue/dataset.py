@@ -27,9 +27,9 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from loaderfactory.components.data.collate import DictCollate
 from loaderfactory.components.queue.arguments import MB, as_transform, check_arguments, dataset_length, sizes
-from loaderfactory.components.queue.draws import LeastDrawn
-from loaderfactory.components.queue.filler import Filler
-from loaderfactory.components.queue.store import Mode, QueueStore, megabytes
+from loaderfactory.components.queue.filler import in_flight
+from loaderfactory.components.queue.run import QueueRun
+from loaderfactory.components.queue.store import Mode, megabytes
 from loaderfactory.components.queue.telemetry import QueueTelemetry
 from loaderfactory.components.state import require_int, require_state
 from loaderfactory.components.workers.lifecycle import stopping_together
@@ -143,7 +143,7 @@ class QueueDataset(IterableDataset[Any]):
         self._start = 0
         self._resume_at: int | None = None
         self._lock = threading.Lock()
-        self._run: _Run | None = None
+        self._run: QueueRun | None = None
         self._finalizer: weakref.finalize[Any, Any] | None = None
 
     # -- lifecycle ----------------------------------------------------------------------------
@@ -151,10 +151,10 @@ class QueueDataset(IterableDataset[Any]):
         """Start the workers now (the first iteration does it otherwise)."""
         self._started()
 
-    def _started(self) -> _Run:
+    def _started(self) -> QueueRun:
         with self._lock:
             if self._run is None:
-                run = _Run(self)
+                run = QueueRun(self)
                 self._run = run
                 self._finalizer = weakref.finalize(self, run.stop)
                 fresh = True
@@ -306,9 +306,10 @@ class QueueDataset(IterableDataset[Any]):
     def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
         """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""
         held = min(self.capacity * item_bytes, self.budget) if item_bytes else self.budget
+        outside = in_flight(self.mode, self.worker_type) * self.num_workers
         runs = f"{self.num_workers} {self.worker_type} worker(s) and 1 filler thread"
-        what = f"{self.capacity} items (budget {self.budget} B) + {self.num_workers} in flight"
-        return runs, held + self.num_workers * item_bytes, what
+        what = f"{self.capacity} items (budget {self.budget} B) + {outside} in flight"
+        return runs, held + outside * item_bytes, what
 
     def state_dict(self) -> dict[str, Any]:
         """What survives a restart: the sampling counts (the queue's items are reloaded), which the
@@ -340,27 +341,3 @@ class QueueDataset(IterableDataset[Any]):
             f"workers={self.num_workers} {self.worker_type}, batch_size={self.batch_size}, "
             f"epoch_size={self.epoch_size})"
         )
-
-
-class _Run:
-    """One start of the queue: its store, random streams and filler."""
-
-    def __init__(self, queue: QueueDataset) -> None:
-        draws = LeastDrawn(queue.telemetry_log.counts, queue.seed)
-        self.store = QueueStore(queue.budget, queue.capacity, queue.mode, draws, owner=queue)
-        self.generator = torch.Generator().manual_seed(queue.seed)
-        self.telemetry = queue.telemetry_log
-        self.telemetry.watch(self.store)
-        self.filler = Filler(
-            self.store,
-            queue.dataset,
-            queue.preprocess,
-            num_workers=queue.num_workers,
-            worker_type=queue.worker_type,
-            seed=queue.seed,
-            multiprocessing_context=queue.multiprocessing_context,
-        )
-
-    def stop(self) -> None:
-        self.filler.close()
-        self.telemetry.absorb(self.store)

@@ -64,6 +64,12 @@ class LoadItem:
             raise
 
 
+def in_flight(mode: str, worker_type: str) -> int:
+    """Items each worker holds outside the store at most: two for a process in mode ``always`` (one
+    handed over while the next loads), else one."""
+    return 2 if mode == "always" and worker_type == "process" else 1
+
+
 class Filler:
     """Loads items on ``num_workers`` workers and puts them into ``store`` from one daemon thread.
 
@@ -105,11 +111,10 @@ class Filler:
             # while the next loads. With one, each worker idled for a hand-over per item (a few ms,
             # tens under load): filling 32 items took 0.81 s instead of 0.66 (threads: 0.48).
             # Mode onsample loads one item per draw, and each item in hand delays a failure by a draw.
-            in_flight = 2 if store.mode == "always" else 1
             self.workers = ProcessWorkers(
                 LoadItem(dataset, preprocess),
                 num_workers,
-                prefetch=in_flight * num_workers,
+                prefetch=in_flight(store.mode, worker_type) * num_workers,
                 seed=seed,
                 in_order=False,
                 multiprocessing_context=multiprocessing_context,
