@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,8 +56,8 @@ CLOSE_BOUND_S = STOP_GRACE_S + 2 * KILL_GRACE_S + 0.5
 """``close()`` with stuck producers: one grace for all, SIGTERM, SIGKILL, and slack."""
 EXIT_BOUND_S = 2.5
 """The README's "about 2 s" from Ctrl-C to the process being gone, with slack for a busy machine."""
-DETECT_BOUND_S = 10.0
-"""A killed worker is reported within torch's 5 s status check (at once where it is watched)."""
+DETECT_BOUND_S = 1.0
+"""A killed worker is reported within 1 s (torch's own status check runs every 5 s)."""
 
 
 class Injected(Exception):
@@ -126,10 +127,10 @@ class Component:
     order: list[int] | None = None
     """The order it loads items in, when not the dataset's."""
     stall_error: type[BaseException] = StallError
-    killed_error: type[BaseException] | tuple[type[BaseException], ...] = WorkerError
-    killed_match: str | None = r"pid \d+\) (was killed by signal SIGKILL|exited)"
     abandons_threads: bool = False
     """A producer thread stuck in the dataset is left as a daemon at close(), with a warning."""
+    build_persistent: Build | None = None
+    """The component with ``persistent_workers=True``, where it has epochs and keeps its workers."""
 
     def __str__(self) -> str:
         return self.name
@@ -152,26 +153,42 @@ def _queue(worker_type: str) -> Build:
     return build
 
 
-def _sharded(worker_type: str) -> Build:
+def _sharded(worker_type: str, persistent: bool = False) -> Build:
     def build(data: Faulty, timeout: float | None) -> ShardedDataLoader:
         return ShardedDataLoader(
-            data, batch_size=1, num_workers=2, worker_type=worker_type, timeout=timeout, seed=SEED
-        )  # type: ignore[arg-type]  # "thread" or "process"
-
-    return build
-
-
-def _thread_loader(num_workers: int) -> Build:
-    def build(data: Faulty, timeout: float | None) -> ThreadDataLoader:
-        return ThreadDataLoader(
-            data, batch_size=1, buffer_size=2, buffer_timeout=timeout, num_workers=num_workers
+            data,
+            batch_size=1,
+            num_workers=2,
+            worker_type=worker_type,  # type: ignore[arg-type]  # "thread" or "process"
+            timeout=timeout,
+            seed=SEED,
+            persistent_workers=persistent,
         )
 
     return build
 
 
-def _torch(data: Faulty, timeout: float | None) -> ResumableDataLoader:
-    return ResumableDataLoader(data, batch_size=1, seed=SEED, num_workers=2, timeout=timeout or 0)
+def _thread_loader(num_workers: int, persistent: bool = False) -> Build:
+    def build(data: Faulty, timeout: float | None) -> ThreadDataLoader:
+        return ThreadDataLoader(
+            data,
+            batch_size=1,
+            buffer_size=2,
+            buffer_timeout=timeout,
+            num_workers=num_workers,
+            persistent_workers=persistent,
+        )
+
+    return build
+
+
+def _torch(persistent: bool = False) -> Build:
+    def build(data: Faulty, timeout: float | None) -> ResumableDataLoader:
+        return ResumableDataLoader(
+            data, batch_size=1, seed=SEED, num_workers=2, timeout=timeout or 0, persistent_workers=persistent
+        )
+
+    return build
 
 
 def _pipeline(data: Faulty, timeout: float | None) -> Loader:
@@ -180,11 +197,6 @@ def _pipeline(data: Faulty, timeout: float | None) -> Loader:
     return Loader({"loader": loader, "prefetch": ThreadBuffer(loader, buffer_size=2)})
 
 
-TORCH_KILLED: dict[str, Any] = {
-    # torch's own report: a RuntimeError, or the broken connection of a worker killed mid-hand-over
-    "killed_error": (RuntimeError, OSError, EOFError),
-    "killed_match": None,
-}
 QUEUE_ORDER = list(itertools.islice(index_order(LENGTH, SEED), LENGTH))
 """The queue loads one seeded permutation per pass."""
 
@@ -200,7 +212,7 @@ COMPONENTS = [
         _thread_loader(2),
         processes=True,
         stateful=False,
-        **TORCH_KILLED,
+        build_persistent=_thread_loader(2, persistent=True),
     ),
     Component(
         "QueueDataset thread",
@@ -217,7 +229,12 @@ COMPONENTS = [
         order=QUEUE_ORDER,
     ),
     Component("ShardedDataLoader thread", _sharded("thread"), abandons_threads=True),
-    Component("ShardedDataLoader process", _sharded("process"), processes=True),
+    Component(
+        "ShardedDataLoader process",
+        _sharded("process"),
+        processes=True,
+        build_persistent=_sharded("process", persistent=True),
+    ),
     Component(
         "StreamWrapper",
         lambda data, timeout: StreamWrapper(
@@ -227,10 +244,10 @@ COMPONENTS = [
     ),
     Component(
         "torch kind",
-        _torch,
+        _torch(),
         processes=True,
         stall_error=RuntimeError,  # torch's own "DataLoader timed out"
-        **TORCH_KILLED,
+        build_persistent=_torch(persistent=True),
     ),
     Component("Loader sharded+prefetch", _pipeline, processes=True),
 ]
@@ -322,10 +339,26 @@ def killed_worker(component: Component, release: threading.Event) -> None:
     next(iterator)
     victim = new_children(before)[0]
     started = time.monotonic()
-    # Inside the block: torch's SIGCHLD handler may raise in this thread at any point after the kill.
-    with pytest.raises(component.killed_error, match=component.killed_match):
+    with pytest.raises(WorkerError, match=rf"pid {victim}\) (was killed by signal SIGKILL|exited)"):
         os.kill(victim, signal.SIGKILL)
         for _ in iterator:
+            pass
+    assert time.monotonic() - started < DETECT_BOUND_S
+    close_component(made)
+
+
+def killed_between_epochs(component: Component, release: threading.Event) -> None:
+    """A persistent worker killed between epochs ends the next epoch's loop with an error naming it."""
+    assert component.build_persistent is not None
+    before = {p.pid for p in psutil.Process().children()}
+    made = component.build_persistent(Faulty(release), None)
+    for _ in made:
+        pass
+    victim = new_children(before)[0]
+    os.kill(victim, signal.SIGKILL)
+    started = time.monotonic()
+    with pytest.raises(WorkerError, match=rf"pid {victim}\) (was killed by signal SIGKILL|exited)"):
+        for _ in made:
             pass
     assert time.monotonic() - started < DETECT_BOUND_S
     close_component(made)
@@ -423,6 +456,9 @@ FAULTS = {
     "stuck producer, timeout": Fault(stuck_with_timeout),
     "stuck producer, close": Fault(stuck_at_close),
     "killed worker": Fault(killed_worker, lambda component: component.processes),
+    "killed between epochs": Fault(
+        killed_between_epochs, lambda component: component.build_persistent is not None
+    ),
     "early break": Fault(early_break),
     "collected without close": Fault(collected_without_close),
     "Ctrl-C": Fault(ctrl_c),
@@ -440,6 +476,46 @@ def test_every_fault_in_every_component_ends_in_bounded_time(
 ) -> None:
     """Each fault of the table, in each component it applies to, ends as its docstring says."""
     FAULTS[fault].run(component, release)
+
+
+EXIT_CHILD = """
+import sys, threading, torch
+sys.path.insert(0, {tests!r})
+from test_fault_injection import COMPONENTS, Faulty
+
+class Busy(Faulty):
+    def __getitem__(self, index):
+        return {{"x": torch.ones(64, 64) @ torch.ones(64, 64)}}  # producers inside torch's native code
+
+component = next(c for c in COMPONENTS if c.name == {name!r})
+iterator = iter(component.build(Busy(threading.Event()), None))
+for _ in range(3):
+    next(iterator)
+"""
+EXIT_RUNS = 50
+"""Before the fix about one run in three aborted, more with ThreadBuffer and StreamWrapper."""
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)  # 50 interpreters importing torch: about 2 CPU-seconds each
+def test_interpreter_exit_with_live_iterators_never_aborts() -> None:
+    """A script that ends with an iterator still running exits with 0, every component, every run."""
+    tests = str(Path(__file__).parent)
+    names = [COMPONENTS[run % len(COMPONENTS)].name for run in range(EXIT_RUNS)]
+
+    def run(name: str) -> tuple[str, int, str]:
+        code = EXIT_CHILD.format(tests=tests, name=name)
+        done = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+        )
+        return name, done.returncode, done.stderr
+
+    with ThreadPoolExecutor(max_workers=4) as pool:  # a run is mostly importing torch: 4 share 2 cores
+        results = list(pool.map(run, names))
+    failed = [
+        (name, code, err[-300:]) for name, code, err in results if code != 0 or "terminate called" in err
+    ]
+    assert not failed, failed
 
 
 FD_CHILD = """

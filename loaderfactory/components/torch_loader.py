@@ -20,8 +20,8 @@ from loaderfactory.components.order import Balance, RankOrder
 from loaderfactory.components.samplers import ReplayedSampler, ResumableSampler, epoch_seed
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
-from loaderfactory.components.workers.exits import stop_workers
-from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
+from loaderfactory.components.workers.lifecycle import grace
+from loaderfactory.components.workers.watched import WatchedPass, start_pass, stop_loader_workers
 from loaderfactory.errors import ArgumentError, ResumeError
 from loaderfactory.rules import raise_first
 from loaderfactory.rules.torch_loader import sampling_problems
@@ -60,7 +60,7 @@ class ResumableDataLoader(DataLoader[Any]):
     """
 
     _live: weakref.ref[Any] | None = None
-    """torch's iterator of the pass now running, so that ``close()`` can stop its workers."""
+    """The pass now running (torch's iterator, watched), so that ``close()`` can stop its workers."""
 
     def __init__(
         self,
@@ -155,7 +155,7 @@ class ResumableDataLoader(DataLoader[Any]):
             self._sampler.epoch = epoch
             self._sampler.start, self._sampler.done = position, done
         self.generator = torch.Generator().manual_seed(epoch_seed(self.seed, epoch, salt=1))
-        return _count(weakref.ref(self), self._token, super().__iter__())
+        return _count(weakref.ref(self), self._token, start_pass(self, super().__iter__, "loader (torch)"))
 
     def __len__(self) -> int:
         """Batches of a whole epoch, also when restored mid-epoch: that pass yields only the rest.
@@ -310,16 +310,17 @@ def _count(owner: weakref.ref[ResumableDataLoader], token: int, batches: Iterato
             yield batch
     except GeneratorExit:
         # An early break: collected, torch would stop the workers one after another, 5 s each.
-        if not getattr(batches, "_persistent_workers", False):
-            stop_workers(batches, grace(), KILL_GRACE_S)
+        if isinstance(batches, WatchedPass):
+            batches.stop(grace(), keep_persistent=True)
         raise
     except BaseException:
         # A worker's exception: its workers stop at once (persistent ones too), and it goes on to
         # the loop; none outlives the pass while the caller holds the exception.
-        stop_workers(batches, 0.0, KILL_GRACE_S)
         loader = owner()
-        if loader is not None and loader._iterator is batches:
-            loader._iterator = None
+        if isinstance(batches, WatchedPass):
+            batches.stop(0.0)
+            if loader is not None:
+                stop_loader_workers(loader, 0.0)
         del loader
         raise
     loader = owner()

@@ -11,12 +11,11 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data._utils.pin_memory import pin_memory
-
 from loaderfactory.components.sharded.sampling import EpochPlan, Step
 from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
+from loaderfactory.components.workers.torch_internals import pin_memory
 
 if TYPE_CHECKING:
     from loaderfactory.components.sharded.loader import ShardedDataLoader
@@ -79,7 +78,7 @@ class Pass:
             raise
         self.position += 1
         self.owner._delivered(self.plan, self.position)
-        return pin_memory(batch) if self._pin else batch  # type: ignore[no-untyped-call]  # torch's helper
+        return pin_memory(batch) if self._pin else batch
 
     def _complete(self) -> None:
         self.done = True

@@ -10,8 +10,8 @@ from typing import Any, Generic, TypeVar
 from torch.utils.data import DataLoader, Dataset
 
 from loaderfactory.components.thread.buffer import ThreadBuffer
-from loaderfactory.components.workers.exits import Woken, stop_workers, wake
-from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace, stopping_together
+from loaderfactory.components.workers.lifecycle import grace, stopping_together
+from loaderfactory.components.workers.watched import start_pass, stop_loader_workers
 
 T = TypeVar("T")
 
@@ -55,7 +55,7 @@ class ThreadDataLoader(DataLoader[Any]):
     ) -> None:
         super().__init__(dataset, num_workers=num_workers, **kwargs)
         self._workers_lock = threading.Lock()
-        self._live: weakref.ref[Any] | None = None  # torch's iterator of the running pass
+        self._live: weakref.ref[Any] | None = None  # the running pass (torch's iterator, watched)
         self.buffer = ThreadBuffer(
             _Reiterable(self._batches),
             buffer_size=buffer_size,
@@ -70,20 +70,17 @@ class ThreadDataLoader(DataLoader[Any]):
         self.repeats = repeats
 
     def _batches(self) -> Iterator[Any]:
-        batches = super().__iter__()
+        batches = start_pass(self, super().__iter__, "ThreadDataLoader")
         self._live = weakref.ref(batches)
         try:
-            for batch in batches:
-                if isinstance(batch, Woken):  # close() ended the wait for a batch
-                    return
-                yield batch
+            yield from batches  # ends early when close() ends its wait for a batch
         except GeneratorExit:
             if not self.persistent_workers:  # the pass was stopped: its workers go with it, at once
-                self._stop_workers(0.0, from_producer=True)
+                self._stop_workers(0.0)
             raise
         except BaseException:
             # A worker's exception: stop the workers at once, then let it go to the consumer.
-            self._stop_workers(0.0, from_producer=True)
+            self._stop_workers(0.0)
             raise
 
     def _unblock(self) -> None:
@@ -93,21 +90,10 @@ class ThreadDataLoader(DataLoader[Any]):
         """
         self._stop_workers(keep_persistent=True)
 
-    def _stop_workers(
-        self, grace_s: float | None = None, from_producer: bool = False, keep_persistent: bool = False
-    ) -> None:
+    def _stop_workers(self, grace_s: float | None = None, keep_persistent: bool = False) -> None:
         """Stop the worker processes of the running pass (and persistent ones) within ``grace_s``."""
         with self._workers_lock:
-            live = self._live() if self._live is not None else None
-            for iterator in {id(it): it for it in (live, self._iterator) if it is not None}.values():
-                running = not getattr(iterator, "_shutdown", True)
-                keep = keep_persistent and getattr(iterator, "_persistent_workers", False)
-                if not keep:
-                    stop_workers(iterator, grace() if grace_s is None else grace_s, KILL_GRACE_S)
-                if running and iterator is live and not from_producer:
-                    wake(iterator)  # the producer thread may wait inside it for a batch now never coming
-            if not keep_persistent:
-                self._iterator = None
+            stop_loader_workers(self, grace() if grace_s is None else grace_s, keep_persistent)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]  # yields batches, as DataLoader does
         return iter(self.buffer)

@@ -1,8 +1,7 @@
-"""How worker processes end, as the consumer sees it: exit codes, a watcher, torch's SIGCHLD handler.
+"""How worker processes end: stopping them in bounded time, watching for a death, exit codes.
 
-Helpers of :mod:`~loaderfactory.components.workers.processes` (which alone starts processes):
-they reach into torch's ``_MultiProcessingDataLoaderIter`` where torch offers no public hook, each
-for a case named in its docstring.
+Used by :mod:`~loaderfactory.components.workers.passes`; torch's private names are reached through
+:mod:`~loaderfactory.components.workers.torch_internals` only.
 """
 
 from __future__ import annotations
@@ -15,13 +14,21 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
-from multiprocessing.reduction import ForkingPickler
 from pathlib import Path
 from typing import Any
 
-from torch.utils.data._utils import signal_handling
-
+from loaderfactory.components.workers.torch_internals import (
+    ask_workers_to_stop,
+    finish_shutdown,
+    is_shut_down,
+    post_result,
+    unregister_pids,
+    worker_processes,
+)
 from loaderfactory.errors import WorkerError
+
+KILL_GRACE_S = 0.5
+"""How long a process that was sent SIGTERM gets to exit before SIGKILL."""
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -37,21 +44,23 @@ def describe_exit(exitcode: int | None) -> str:
 
 
 class ExitWatcher:
-    """A thread that waits on the workers' exit sentinels and reports the first unexpected exit."""
+    """A thread that waits on the exit sentinels of an iterator's workers and reports the first
+    exit torch did not cause (torch marks its own shutdown before its workers exit)."""
 
-    def __init__(self, processes: list[Any], name: str, on_exit: Callable[[WorkerError], None]) -> None:
+    def __init__(self, iterator: Any, name: str, on_exit: Callable[[WorkerError], None]) -> None:
         self._read, self._write = os.pipe()
         self._stopped = False
         self._thread = threading.Thread(
-            target=self._watch, args=(processes, name, on_exit), name=f"{name}-exit-watcher", daemon=True
+            target=self._watch, args=(iterator, name, on_exit), name=f"{name}-exit-watcher", daemon=True
         )
         self._thread.start()
 
-    def _watch(self, processes: list[Any], name: str, on_exit: Callable[[WorkerError], None]) -> None:
+    def _watch(self, iterator: Any, name: str, on_exit: Callable[[WorkerError], None]) -> None:
+        processes = worker_processes(iterator)
         sentinels = {process.sentinel: (index, process) for index, process in enumerate(processes)}
         try:
             ready = wait([self._read, *sentinels])
-            if self._read in ready or self._stopped:
+            if self._read in ready or self._stopped or is_shut_down(iterator):
                 return
             index, process = sentinels[ready[0]]
             process.join(1.0)
@@ -94,25 +103,22 @@ def wait_for_exit(processes: list[Any], deadline: float) -> list[Any]:
     return alive
 
 
-def stop_workers(iterator: Any, grace: float, kill_grace: float) -> list[Any]:
+def stop_workers(iterator: Any, grace: float, kill_grace: float, wake: bool = False) -> None:
     """End the worker processes of torch's multiprocess ``DataLoader`` iterator in bounded time.
 
-    torch's own ``_shutdown_workers`` joins one worker after another, 5 s each, before it
-    terminates any. Here the workers are asked to stop (torch's done event and index-queue
-    sentinel), given ``grace`` seconds all together, then sent SIGTERM (torch's handler exits at
-    once), and SIGKILL after ``kill_grace``; torch's clean-up (queues, pin-memory thread, SIGCHLD
-    registration) then finds them gone. ``grace=0`` terminates at once. Returns the processes
-    that had to be terminated; safe to call twice.
+    torch's own shutdown joins one worker after another, 5 s each, before it terminates any. Here
+    the workers are asked to stop all at once, given ``grace`` seconds all together, then sent
+    SIGTERM (torch's handler exits at once), and SIGKILL after ``kill_grace``; torch's clean-up
+    then finds them gone. ``grace=0`` terminates at once. With ``wake``, a thread waiting inside
+    ``next(iterator)`` gets :class:`Woken`. Shared-memory names a terminated worker may have left
+    are removed. Safe to call twice.
     """
-    if getattr(iterator, "_shutdown", True):  # shut down already, or no worker processes
-        return []
-    processes = list(getattr(iterator, "_workers", ()))
+    if is_shut_down(iterator):  # shut down already, or no worker processes
+        return
+    processes = worker_processes(iterator)
     if grace > 0:
         with contextlib.suppress(Exception):  # a queue broken by a killed worker: terminate below
-            iterator._workers_done_event.set()
-            for worker_id in range(len(processes)):
-                if iterator._persistent_workers or iterator._workers_status[worker_id]:
-                    iterator._mark_worker_as_unavailable(worker_id, shutdown=True)
+            ask_workers_to_stop(iterator)
     terminated = wait_for_exit(processes, time.monotonic() + grace)
     if terminated:
         unregister_pids(iterator)  # torch's SIGCHLD handler would raise for a worker we kill
@@ -123,25 +129,13 @@ def stop_workers(iterator: Any, grace: float, kill_grace: float) -> list[Any]:
         with contextlib.suppress(OSError):
             process.kill()
     wait_for_exit(terminated, time.monotonic() + kill_grace)
-    iterator._shutdown_workers()
-    return terminated
-
-
-def wake(iterator: Any) -> None:
-    """End a run that another thread drives and that waits for a result now never coming.
-
-    torch waits on its result queue and, every 5 s, re-checks only the workers it has not marked
-    stopped; after a shutdown it would wait forever (a queue filled from a background thread and
-    closed from the main one). The result it waits for wakes it. Written straight into the pipe:
-    ``put`` would start a feeder thread that waits for the queue's lock, which a worker stopped
-    while writing may hold. (With ``pin_memory`` torch notices its stopped pin thread itself.)
-    """
-    if not iterator._pin_memory and hasattr(iterator, "_worker_result_queue"):
-        results = iterator._worker_result_queue
-        message = ForkingPickler.dumps((iterator._rcvd_idx, Woken()))
-        with contextlib.suppress(OSError):
-            results._sem.acquire(False)  # as put() does: get() gives it back
-            results._writer.send_bytes(message)
+    finish_shutdown(iterator)
+    if wake:
+        post_result(iterator, Woken())
+    for process in processes:
+        # A worker stopped by a signal may have been creating a shared-memory segment.
+        if process in terminated or (process.exitcode is not None and process.exitcode < 0):
+            unlink_segments_of(process.pid)
 
 
 def exit_code(process: Any) -> int | None:
@@ -187,19 +181,6 @@ def fd_limit_advice() -> str:
         "(`ulimit -n 65536` in the shell, or resource.setrlimit(resource.RLIMIT_NOFILE, ...)), or call "
         "torch.multiprocessing.set_sharing_strategy('file_system') at the start of the program"
     )
-
-
-def register_pids(iterator: Any) -> None:
-    """Let torch's SIGCHLD handler raise for these workers; raise now for one that died meanwhile."""
-    iterator._worker_pids_set = True  # first: if the handler raises after the next line, it is set
-    signal_handling._set_worker_pids(id(iterator), tuple(w.pid for w in iterator._workers))  # type: ignore[attr-defined]  # private, stable since 1.0
-    signal_handling._error_if_any_worker_fails()  # type: ignore[attr-defined]  # private, stable since 1.0
-
-
-def unregister_pids(iterator: Any) -> None:
-    if getattr(iterator, "_worker_pids_set", False):
-        signal_handling._remove_worker_pids(id(iterator))  # type: ignore[attr-defined]  # private, stable since 1.0
-        iterator._worker_pids_set = False
 
 
 def unlink_segments_of(pid: int) -> None:

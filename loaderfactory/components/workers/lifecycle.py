@@ -5,9 +5,9 @@ grace shared by all of them (:data:`STOP_GRACE_S`): a thread still inside its so
 left to finish as a daemon, with a ``RuntimeWarning``; a process still running is terminated.
 :func:`stopping_together` shares that grace between the stages of a pipeline, so a stage's thread
 blocked on the stage before it is released when that stage stops, instead of being waited for
-first. Where an error is on its way to the consumer (``stopping_together(wait=False)``) or the
-interpreter is exiting, nothing is waited for: the error comes first, and daemon threads end with
-the process.
+first. Where an error is on its way to the consumer (``stopping_together(wait=False)``), nothing
+is waited for: the error comes first. At interpreter exit, threads get one short grace for all of
+them (:data:`EXIT_GRACE_S`), without a warning, and processes are terminated at once.
 """
 
 from __future__ import annotations
@@ -22,16 +22,20 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
-from loaderfactory.components.workers.exits import stop_workers, wake
+from loaderfactory.components.workers.exits import KILL_GRACE_S as KILL_GRACE_S  # re-exported
+from loaderfactory.components.workers.watched import stop_loader_workers
 
 STOP_GRACE_S = 1.0
 """How long ``close()`` waits for a component's threads and processes, all of them together."""
-KILL_GRACE_S = 0.5
-"""How long a process that was sent SIGTERM gets to exit before SIGKILL."""
+EXIT_GRACE_S = 0.5
+"""How long, at interpreter exit, the threads of components left running get (all of them together)
+to leave their current item. A daemon thread still inside torch's native code (a matmul, a collate)
+while the interpreter tears down aborts the process: "terminate called without an active exception"."""
 _SETTLE_S = 0.1
 """What a thread released by the last stage to stop still gets, when the shared grace is over."""
 
 _local = threading.local()
+_exit_deadline: list[float] = []  # set by the first wait at exit, shared by all later ones
 
 
 class _Handover:
@@ -80,7 +84,9 @@ def stopping_together(wait: bool = True) -> Iterator[None]:
         yield
     finally:
         _local.handover = None
-        if handover.wait and not exiting():
+        if exiting():
+            _join_at_exit(handover.threads)
+        elif handover.wait:
             _join(handover.threads, max(handover.deadline, time.monotonic() + _SETTLE_S))
 
 
@@ -88,8 +94,8 @@ def finish_threads(threads: Sequence[threading.Thread], what: str) -> None:
     """Wait for ``threads``, already told to stop, within one :data:`STOP_GRACE_S` for all of them.
 
     A thread still alive after it is left to finish on its own (the threads are daemons), with a
-    ``RuntimeWarning`` naming ``what``. Not waited for inside ``stopping_together(wait=False)`` or
-    at exit; handed to the enclosing :func:`stopping_together` otherwise.
+    ``RuntimeWarning`` naming ``what``. Not waited for inside ``stopping_together(wait=False)``;
+    handed to the enclosing :func:`stopping_together` otherwise; at exit, see :data:`EXIT_GRACE_S`.
     """
     current = threading.current_thread()
     named = [(thread, what) for thread in threads if thread is not current and thread.is_alive()]
@@ -98,8 +104,18 @@ def finish_threads(threads: Sequence[threading.Thread], what: str) -> None:
     handover: _Handover | None = getattr(_local, "handover", None)
     if handover is not None:
         handover.threads.extend(named)
-    elif not exiting():
+    elif exiting():
+        _join_at_exit(named)
+    else:
         _join(named, time.monotonic() + STOP_GRACE_S)
+
+
+def _join_at_exit(named: list[tuple[threading.Thread, str]]) -> None:
+    """Wait for ``named`` until one deadline shared by every wait at exit; a stuck thread is left."""
+    if not _exit_deadline:
+        _exit_deadline.append(time.monotonic() + EXIT_GRACE_S)
+    for thread, _ in named:
+        thread.join(max(0.0, _exit_deadline[0] - time.monotonic()))
 
 
 def _join(named: list[tuple[threading.Thread, str]], deadline: float) -> None:
@@ -121,10 +137,4 @@ def close_component(component: Any) -> None:
     if callable(close):
         close()
     if isinstance(component, DataLoader):
-        live = getattr(component, "_live", None)  # the running pass's iterator, where recorded
-        running = {id(it): it for it in (component._iterator, live() if live is not None else None)}
-        for iterator in running.values():
-            if iterator is not None:
-                stop_workers(iterator, grace(), KILL_GRACE_S)
-                wake(iterator)  # a prefetch thread may wait inside it for a batch now never coming
-        component._iterator = None
+        stop_loader_workers(component, grace())

@@ -25,22 +25,12 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torch.utils.data import get_worker_info as torch_worker_info
 
-from loaderfactory.components.workers.exits import (
-    ExitWatcher,
-    Woken,
-    exit_error,
-    fd_limit_advice,
-    out_of_descriptors,
-    register_pids,
-    stop_workers,
-    unlink_segments_of,
-    unregister_pids,
-    wake,
-)
 from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
-from loaderfactory.components.workers.lifecycle import KILL_GRACE_S, grace
+from loaderfactory.components.workers.lifecycle import grace
 from loaderfactory.components.workers.remote import RemoteFailure
-from loaderfactory.errors import StallError, WorkerError
+from loaderfactory.components.workers.torch_internals import forget_iterator, is_shut_down, worker_processes
+from loaderfactory.components.workers.watched import WatchedPass, begin_pass
+from loaderfactory.errors import WorkerError
 
 K = TypeVar("K")
 R = TypeVar("R")
@@ -190,7 +180,7 @@ class ProcessWorkers(Generic[K, R]):
         self.num_workers = num_workers
         self.timeout = timeout
         self.on_exit = on_exit
-        self._watcher: ExitWatcher | None = None  # first: __del__ reads it even if __init__ fails
+        self._pass: WatchedPass | None = None  # first: __del__ reads it even if __init__ fails
         self._keys = _Keys()
         self._loader = _Loader(
             _Tasks(task, name),
@@ -207,91 +197,34 @@ class ProcessWorkers(Generic[K, R]):
             generator=torch.Generator().manual_seed(seed),
             in_order=in_order,
         )
-        self._iterator: Any = None
-        self._waiting: threading.Thread | None = None  # the thread inside next(), to wake on close
         self._closed = False
 
     def run(self, keys: Iterable[K]) -> Iterator[R]:
         """The result of ``task(key)`` for each key, in order (a new run stops the previous one)."""
         if self._closed:
             raise RuntimeError(f"{self.name}: the worker processes were closed")
-        self._stop_watching()
         if not self._loader.persistent_workers:
             self._shutdown(grace())
+        elif self._pass is not None:
+            self._pass.stop_watching()  # its workers go on to this run, under a new watcher
         self._keys.keys = keys
-        self._iterator = iterator = iter(self._loader)  # a _MultiProcessingDataLoaderIter
-        # torch's SIGCHLD handler raises in the main thread wherever it is (in the training step, or
-        # in the test about to expect the error): the workers are registered with it only while
-        # the main thread waits in _results. Workers driven from another thread are watched below.
-        unregister_pids(iterator)
-        if self.on_exit is not None:
-            self._watcher = ExitWatcher(iterator._workers, self.name, self.on_exit)  # type: ignore[attr-defined]  # set for num_workers > 0
-        return self._results(iterator)
+        iterator = begin_pass(self._loader, lambda: iter(self._loader), self.name)
+        self._pass = current = WatchedPass(iterator, self.name, self.timeout, self.on_exit)
+        return self._results(current)
 
-    def _results(self, iterator: Any) -> Iterator[R]:
-        watch = threading.current_thread() is threading.main_thread()
-        while True:
-            try:
-                if watch:
-                    register_pids(iterator)
-                try:
-                    self._waiting = threading.current_thread()
-                    result = next(iterator)
-                finally:
-                    self._waiting = None
-                    unregister_pids(iterator)
-            except StopIteration:
-                return
-            except (RuntimeError, OSError, EOFError) as error:  # a dead or stuck worker, a broken hand-over
-                raise self._explain(iterator, error) from error
+    def _results(self, current: WatchedPass) -> Iterator[R]:
+        for result in current:
             if isinstance(result, RemoteFailure):
                 raise result.rebuild()
-            if isinstance(result, Woken):
-                return
             yield result
-
-    def _explain(self, iterator: Any, error: RuntimeError | OSError | EOFError) -> BaseException:
-        """torch's error about a dead or stuck worker (or a broken hand-over) as WorkerError or StallError."""
-        workers = list(getattr(iterator, "_workers", ()))
-        if out_of_descriptors(error):
-            self._shutdown()
-            return WorkerError(f"{self.name}: {fd_limit_advice()}")
-        ended: set[Any] = set()
-        if not isinstance(error, RuntimeError) and workers:
-            ended = set(wait([p.sentinel for p in workers], 0.5))
-        if ended:
-            # A worker killed while handing over a tensor breaks the connection a moment before it
-            # exits. The exit watcher reaps it: let it finish, as two threads reaping one process
-            # race in waitpid and the loser reads no exit code.
-            watcher = self._watcher
-            if watcher is not None:
-                watcher.join(1.5)
-        for index, process in enumerate(workers):
-            # A closed sentinel means the process is exiting: give it a moment to become reapable.
-            dying = process.sentinel in ended or (process.exitcode is None and not process.is_alive())
-            process.join(0.5 if dying else 0)
-            if process.exitcode is not None and process.exitcode != 0:
-                error_of_exit = exit_error(self.name, index, process)
-                self._shutdown()
-                return error_of_exit
-        if "timed out" in str(error):
-            task = getattr(iterator, "_task_info", {}).get(getattr(iterator, "_rcvd_idx", -1))
-            index = task[0] if task else 0
-            pid = workers[index].pid if index < len(workers) else "?"
-            self._shutdown()  # at once: a stuck worker must not hold up the error
-            return StallError(
-                f"{self.name}: worker {index} (pid {pid}) sent no batch for {self.timeout} s (timeout); "
-                "it is stuck or too slow: raise the timeout or check the dataset"
-            )
-        return error
 
     @property
     def pids(self) -> list[int]:
         """Process ids of the live workers (empty between runs of a non-persistent pool)."""
-        iterator = self._iterator
-        if iterator is None or getattr(iterator, "_shutdown", True):
+        current = self._pass
+        if current is None or is_shut_down(current.iterator):
             return []
-        return [process.pid for process in iterator._workers]
+        return [process.pid for process in worker_processes(current.iterator)]
 
     @property
     def closed(self) -> bool:
@@ -309,28 +242,15 @@ class ProcessWorkers(Generic[K, R]):
 
     def _shutdown(self, grace_s: float = 0.0) -> None:
         """Stop the current run's workers within ``grace_s`` (0: terminate them at once)."""
-        self._stop_watching()
-        iterator, self._iterator = self._iterator, None
-        if iterator is None:
-            return
-        processes = list(getattr(iterator, "_workers", ()))
-        terminated = stop_workers(iterator, grace_s, KILL_GRACE_S)
-        waiting = self._waiting
-        if waiting is not None and waiting is not threading.current_thread():
-            wake(iterator)
-        for process in processes:
-            # A worker stopped by a signal may have been creating a shared-memory segment.
-            if process in terminated or (process.exitcode is not None and process.exitcode < 0):
-                unlink_segments_of(process.pid)
-        self._loader._iterator = None  # a persistent DataLoader keeps its iterator here
-
-    def _stop_watching(self) -> None:
-        watcher, self._watcher = self._watcher, None
-        if watcher is not None:
-            watcher.stop()
+        current, self._pass = self._pass, None
+        if current is not None:
+            current.stop(grace_s)
+        forget_iterator(self._loader)  # a persistent DataLoader keeps its iterator
 
     def __del__(self) -> None:
-        self._stop_watching()
+        current = getattr(self, "_pass", None)
+        if current is not None:
+            current.stop_watching()
 
 
 def _default_context() -> str:
