@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "ArgumentError": "loaderfactory.errors",
     "ConfigError": "loaderfactory.errors",
     "Contract": "loaderfactory.config.registry",
     "Loader": "loaderfactory.loader",
@@ -37,6 +38,7 @@ _EXPORTS = {
 """Public name → the module that defines it."""
 
 __all__ = [
+    "ArgumentError",
     "ConfigError",
     "Contract",
     "Loader",
@@ -67,7 +69,14 @@ if TYPE_CHECKING:
     from loaderfactory.config.registry import Contract, available, register
     from loaderfactory.config.specs.base import Spec
     from loaderfactory.config.specs.pipeline import LoaderSpec
-    from loaderfactory.errors import ConfigError, LoaderFactoryError, ResumeError, StallError, WorkerError
+    from loaderfactory.errors import (
+        ArgumentError,
+        ConfigError,
+        LoaderFactoryError,
+        ResumeError,
+        StallError,
+        WorkerError,
+    )
     from loaderfactory.factory import build_loader
     from loaderfactory.hydra.compose import compose, config_dir
     from loaderfactory.intake import validate
