@@ -14,7 +14,9 @@ Rows (µs per batch, median of the repeats, cheapest items so the bookkeeping sh
   Loader torch+prefetch           build_loader(torch bs=1 + prefetch thread 4): the same components
                                   plus the Loader's bookkeeping (upstream snapshots, stats)
   Loader, state_dict() taken      the same, with a state_dict() call every 100 batches
-Ratios are against both bare ThreadBuffers; the goal is <= 1.15 over the Loader's own components.
+Ratios are against both bare ThreadBuffers, each the median of the ratios within one round of the
+rows (the rows alternate, so a busy neighbour slows a round's rows alike and its ratio stays); the
+goal is <= 1.15 over the Loader's own components.
 """
 
 from __future__ import annotations
@@ -95,12 +97,17 @@ def main() -> None:
     for _ in range(args.repeats):  # alternate the rows so drift on a shared machine hits all alike
         for name, (make, save_every) in rows.items():
             times[name].append(per_batch_us(make, args.batches, save_every))
-    own = statistics.median(times["bare ThreadBuffer/Resumable"])
-    plain = statistics.median(times["bare ThreadBuffer/DataLoader"])
+    own = times["bare ThreadBuffer/Resumable"]
+    plain = times["bare ThreadBuffer/DataLoader"]
     print(f"{'':30} {'µs/batch':>9} {'vs own components':>18} {'vs TB/DataLoader':>17}")
     for name, values in times.items():
         median = statistics.median(values)
-        print(f"{name:30} {median:9.1f} {median / own:17.2f}x {median / plain:16.2f}x")
+        print(f"{name:30} {median:9.1f} {_ratio(values, own):17.2f}x {_ratio(values, plain):16.2f}x")
+
+
+def _ratio(values: list[float], baseline: list[float]) -> float:
+    """The median over rounds of ``values`` against the baseline measured in the same round."""
+    return statistics.median(v / b for v, b in zip(values, baseline, strict=True))
 
 
 if __name__ == "__main__":

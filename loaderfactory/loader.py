@@ -136,7 +136,8 @@ class Loader:
                 except LimitError as err:
                     # A limit only the data can break (an item bigger than the queue's RAM budget).
                     raise self._located(err) from err
-                stats.record(clock() - before, batch_length(batch))
+                after = clock()
+                stats.record(after - before, batch_length(batch), after)
                 self.batches_in_epoch += 1
                 yield batch
             self.epoch += 1
