@@ -10,7 +10,7 @@ from typing import Any
 
 from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.data.sources import is_map_style
-from loaderfactory.components.state import ReadsAhead, require_int, require_keys
+from loaderfactory.components.state import ReadsAhead, Snapshots, require_int, require_keys
 from loaderfactory.components.workers.lifecycle import close_component, stopping_together
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.loader_state import (
@@ -58,12 +58,14 @@ class Loader:
         self._closed = False
         # Each stage that reads ahead tracks the slots before it (see state_dict), unless one of
         # them cannot be saved: then state_dict() says so and nothing is taken per item.
-        slots: list[tuple[str, Any, bool]] = []
+        slots: list[tuple[str, Snapshots, bool]] = []
+        self._upstreams: dict[str, Chain] = {}
         for slot, component in self._components.items():
             tracks = bool(slots) and isinstance(component, ReadsAhead)
             tracks = tracks and all(saveable(snaps) for _, snaps, _ in slots)
             if tracks:
-                component.track_upstream(Chain(slots))
+                self._upstreams[slot] = Chain(slots)
+                component.track_upstream(self._upstreams[slot])
             slots.append((slot, slot_snapshots(slot, component), tracks))
         self._chain = Chain(slots)
 
@@ -186,7 +188,7 @@ class Loader:
                 ``IterableDataset``, say); iterating such a loader works, saving it does not.
         """
         chain = self._chain
-        slots = split_slots(chain.state_from_snapshot(chain.state_snapshot()))
+        slots = split_slots(chain.state_from_snapshot(chain.state_snapshot()), self._upstreams)
         return copy.deepcopy(
             {
                 "format": STATE_FORMAT,

@@ -34,7 +34,10 @@ class _Whole:
     fixed = False
 
     def __init__(self, component: Any) -> None:
-        self.state_snapshot: Callable[[], Any] = component.state_dict
+        self.component = component
+
+    def state_snapshot(self) -> dict[str, Any]:
+        return dict(self.component.state_dict())  # a copy: the component may go on changing its own
 
     def state_from_snapshot(self, snapshot: Mapping[str, Any]) -> dict[str, Any]:
         return dict(snapshot)
@@ -112,14 +115,19 @@ def _together(takes: list[Callable[[], Any]]) -> Callable[[], tuple[Any, ...]]:
     return take_all
 
 
-def split_slots(nested: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
-    """One state per slot from a :class:`Chain`'s nested state (each :data:`UPSTREAM` taken out)."""
+def split_slots(nested: Mapping[str, Any], upstreams: Mapping[str, Snapshots]) -> dict[str, dict[str, Any]]:
+    """One state per slot from a :class:`Chain`'s nested state: the :data:`UPSTREAM` of each stage
+    that tracks the slots before it (``upstreams``: slot -> what it tracks) taken out and split in
+    turn. A stage that has pulled nothing yet may leave it out: the slots before stand where they are."""
     slots: dict[str, dict[str, Any]] = {}
     for slot, state in nested.items():
         own = dict(state)
-        upstream = own.pop(UPSTREAM, None)
+        upstream = upstreams.get(slot)
         if upstream is not None:
-            slots.update(split_slots(upstream))
+            before = own.pop(UPSTREAM, None)
+            if before is None:
+                before = upstream.state_from_snapshot(upstream.state_snapshot())
+            slots.update(split_slots(before, upstreams))
         slots[slot] = own
     return slots
 
