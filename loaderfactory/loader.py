@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import copy
 import time
-import weakref
 from collections.abc import Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
 from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.data.sources import is_map_style
-from loaderfactory.components.state import require_int, require_keys
+from loaderfactory.components.state import ReadsAhead, Snapshots, require_int, require_keys
 from loaderfactory.components.workers.lifecycle import close_component, stopping_together
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.loader_state import (
-    Snapshot,
+    Chain,
     differences,
     load_slot,
-    materialize,
+    saveable,
     saved_slots,
-    state_plan,
+    slot_snapshots,
+    split_slots,
     stateful,
-    take_snapshot,
 )
 from loaderfactory.stats import LoaderStats
 
@@ -57,13 +56,18 @@ class Loader:
         self.batches_in_epoch = 0
         self._resumed = False
         self._closed = False
-        self._plans = [state_plan(slot, c) for slot, c in self._components.items()]
-        # Stages that read ahead snapshot the slots before them after each item (see state_dict),
-        # unless a slot before them cannot be saved: then state_dict() says so and nothing is taken.
-        for index, component in enumerate(self._components.values()):
-            bind = getattr(component, "bind_upstream_state", None)
-            if index > 0 and callable(bind) and self._saveable_upto(index - 1):
-                bind(_UpstreamOf(self, index - 1))
+        # Each stage that reads ahead tracks the slots before it (see state_dict), unless one of
+        # them cannot be saved: then state_dict() says so and nothing is taken per item.
+        slots: list[tuple[str, Snapshots, bool]] = []
+        self._upstreams: dict[str, Chain] = {}
+        for slot, component in self._components.items():
+            tracks = bool(slots) and isinstance(component, ReadsAhead)
+            tracks = tracks and all(saveable(snaps) for _, snaps, _ in slots)
+            if tracks:
+                self._upstreams[slot] = Chain(slots)
+                component.track_upstream(self._upstreams[slot])
+            slots.append((slot, slot_snapshots(slot, component), tracks))
+        self._chain = Chain(slots)
 
     @property
     def components(self) -> Mapping[str, Any]:
@@ -134,7 +138,8 @@ class Loader:
                 except LimitError as err:
                     # A limit only the data can break (an item bigger than the queue's RAM budget).
                     raise self._located(err) from err
-                stats.record(clock() - before, batch_length(batch))
+                after = clock()
+                stats.record(after - before, batch_length(batch), after)
                 self.batches_in_epoch += 1
                 yield batch
             self.epoch += 1
@@ -182,7 +187,8 @@ class Loader:
             ResumeError: naming the first slot that cannot be saved (a generator-backed
                 ``IterableDataset``, say); iterating such a loader works, saving it does not.
         """
-        slots = self._state_upto(len(self._components) - 1)
+        chain = self._chain
+        slots = split_slots(chain.state_from_snapshot(chain.state_snapshot()), self._upstreams)
         return copy.deepcopy(
             {
                 "format": STATE_FORMAT,
@@ -259,23 +265,6 @@ class Loader:
         kind = getattr(getattr(self.spec, slot, None), "kind", None)
         return kind if isinstance(kind, str) else None
 
-    def _saveable_upto(self, index: int) -> bool:
-        try:
-            self._state_upto(index)
-        except ResumeError:
-            return False
-        return True
-
-    def _state_upto(self, index: int) -> dict[str, Any]:
-        """State of the slots up to ``index`` as the consumer of that slot has seen them."""
-        return self._materialize(self._snapshot_upto(index))
-
-    def _snapshot_upto(self, index: int) -> Snapshot:
-        return take_snapshot(self._plans, index)
-
-    def _materialize(self, snapshot: Any) -> dict[str, Any]:
-        return materialize(self._plans, snapshot)
-
     def _config(self) -> Any:
         """The config as far as it decides the batch sequence (each slot's ``speed_only`` and
         ``rank_only`` fields left out)."""
@@ -314,17 +303,3 @@ class Loader:
     def __repr__(self) -> str:
         chain = " → ".join(f"{slot}={type(c).__name__}" for slot, c in self._components.items())
         return f"Loader({chain})"
-
-
-class _UpstreamOf:
-    """A snapshot of the slots up to ``index``; holds the loader weakly (threads call it)."""
-
-    def __init__(self, loader: Loader, index: int) -> None:
-        self._loader = weakref.ref(loader)
-        self._index = index
-
-    def __call__(self) -> Any:
-        loader = self._loader()
-        if loader is None:
-            return {}
-        return loader._snapshot_upto(self._index)

@@ -1,44 +1,135 @@
-"""What a :class:`~loaderfactory.loader.Loader` saves and restores: per-slot state plans, the cheap
-snapshots stages that read ahead take after every item, and the checks of a saved state."""
+"""What a :class:`~loaderfactory.loader.Loader` saves and restores: each slot as a
+:class:`~loaderfactory.components.state.Snapshots`, the slots up to one as a :class:`Chain` (what a
+stage that reads ahead keeps beside each item), nested states split per slot, and the checks of a
+saved state."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from loaderfactory.components.data.sources import is_map_style
-from loaderfactory.components.state import UPSTREAM, StateFieldError
+from loaderfactory.components.state import UPSTREAM, Snapshots, StateFieldError
 from loaderfactory.errors import ResumeError
 
-StatePlan = tuple[str, Any, str, "Callable[[], Any] | None"]
-"""``(slot, component, how, function)``; see :func:`state_plan`."""
+
+class _Length:
+    """A map-style dataset without state: recorded by its length, the same after every item."""
+
+    fixed = True
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def state_snapshot(self) -> None:
+        return None
+
+    def state_from_snapshot(self, snapshot: None) -> dict[str, Any]:
+        return {"length": len(self.dataset)}
 
 
-class Snapshot(NamedTuple):
-    """The slots' positions as a stage read an item: tokens and states, built into a state on demand
-    (a named tuple: one is made per item, so it must be cheap to make)."""
+class _Whole:
+    """A component without the snapshot pair: its ``state_dict()`` is its snapshot."""
 
-    parts: tuple[tuple[int, Any], ...]
-    upstream: Any
+    fixed = False
+
+    def __init__(self, component: Any) -> None:
+        self.component = component
+
+    def state_snapshot(self) -> dict[str, Any]:
+        return dict(self.component.state_dict())  # a copy: the component may go on changing its own
+
+    def state_from_snapshot(self, snapshot: Mapping[str, Any]) -> dict[str, Any]:
+        return dict(snapshot)
 
 
-def state_plan(slot: str, component: Any) -> StatePlan:
-    """``(slot, component, how, function)``: how the slot's state is taken, chosen once.
+class _Unsaveable:
+    """A component without the protocol: building its state raises ``ResumeError`` naming the slot.
+    (No stage tracks it, so its snapshot is only taken for ``Loader.state_dict()``.)"""
 
-    ``length``: a dataset without state, recorded by its length; ``token``: a slot with
-    ``state_snapshot()``/``state_from_snapshot()``; ``state``: its ``state_dict()``;
-    ``unsaveable``: building its state raises ``ResumeError`` naming ``slot``.
-    """
+    fixed = False
+
+    def __init__(self, slot: str, component: Any) -> None:
+        self.slot, self.component = slot, component
+
+    def state_snapshot(self) -> None:
+        return None
+
+    def state_from_snapshot(self, snapshot: None) -> dict[str, Any]:
+        return stateful(self.slot, self.component).state_dict()  # type: ignore[no-any-return]  # raises
+
+
+def slot_snapshots(slot: str, component: Any) -> Snapshots:
+    """How the slot's state is taken, chosen once: the component itself where it has the snapshot
+    pair, else its ``state_dict()``, its length (a map-style dataset without state), or an error."""
     if is_map_style(component) and not hasattr(component, "state_dict"):
-        return slot, component, "length", None
-    snapshot = getattr(component, "state_snapshot", None)
-    if callable(snapshot) and callable(getattr(component, "state_from_snapshot", None)):
-        return slot, component, "token", snapshot
-    state_dict = getattr(component, "state_dict", None)
+        return _Length(component)
+    if isinstance(component, Snapshots):
+        return component
     loads = callable(getattr(component, "load_state_dict", None))
-    if callable(state_dict) and (loads or is_map_style(component)):
-        return slot, component, "state", state_dict
-    return slot, component, "unsaveable", None
+    if callable(getattr(component, "state_dict", None)) and (loads or is_map_style(component)):
+        return _Whole(component)
+    return _Unsaveable(slot, component)
+
+
+def saveable(snapshots: Snapshots) -> bool:
+    return not isinstance(snapshots, _Unsaveable)
+
+
+class Chain:
+    """The slots up to one, as one :class:`~loaderfactory.components.state.Snapshots` whose state is
+    ``{slot: state}`` in pipeline order.
+
+    A stage that reads ahead and tracks its upstream holds the slots before it in its own snapshot,
+    so the chain starts at the last such stage; slots whose state never changes (a dataset recorded
+    by its length) take no snapshot. With one slot left to snapshot, :attr:`state_snapshot` is that
+    slot's own method: a stage pulling an item pays for nothing else.
+
+    Args:
+        slots: ``(slot, snapshots, tracks)`` in pipeline order; ``tracks``: the slot reads ahead and
+            tracks the slots before it.
+    """
+
+    def __init__(self, slots: Sequence[tuple[str, Snapshots, bool]]) -> None:
+        start = max((n for n, (_, _, tracks) in enumerate(slots) if tracks), default=0)
+        self._slots = [
+            (slot, snaps, bool(getattr(snaps, "fixed", False))) for slot, snaps, _ in slots[start:]
+        ]
+        moving = [snaps.state_snapshot for _, snaps, fixed in self._slots if not fixed]
+        self._single = len(moving) == 1
+        self.state_snapshot: Callable[[], Any] = moving[0] if self._single else _together(moving)
+
+    def state_from_snapshot(self, snapshot: Any) -> dict[str, Any]:
+        parts = [snapshot] if self._single else list(snapshot)
+        built = {}
+        # Nearest the consumer first, so the slot nearest it that cannot be saved raises first.
+        for slot, snaps, fixed in reversed(self._slots):
+            built[slot] = snaps.state_from_snapshot(None if fixed else parts.pop())
+        return {slot: built[slot] for slot, _, _ in self._slots}
+
+
+def _together(takes: list[Callable[[], Any]]) -> Callable[[], tuple[Any, ...]]:
+    def take_all() -> tuple[Any, ...]:
+        return tuple(take() for take in takes)
+
+    return take_all
+
+
+def split_slots(nested: Mapping[str, Any], upstreams: Mapping[str, Snapshots]) -> dict[str, dict[str, Any]]:
+    """One state per slot from a :class:`Chain`'s nested state: the :data:`UPSTREAM` of each stage
+    that tracks the slots before it (``upstreams``: slot -> what it tracks) taken out and split in
+    turn. A stage that has pulled nothing yet may leave it out: the slots before stand where they are."""
+    slots: dict[str, dict[str, Any]] = {}
+    for slot, state in nested.items():
+        own = dict(state)
+        upstream = upstreams.get(slot)
+        if upstream is not None:
+            before = own.pop(UPSTREAM, None)
+            if before is None:
+                before = upstream.state_from_snapshot(upstream.state_snapshot())
+            slots.update(split_slots(before, upstreams))
+        slots[slot] = own
+    return slots
 
 
 def stateful(slot: str, component: Any) -> Any:
@@ -98,46 +189,3 @@ def differences(saved: Any, current: Any, path: str = "") -> list[str]:
     if saved != current:
         return [f"{path or '<root>'}: saved {saved!r}, now {current!r}"]
     return []
-
-
-def take_snapshot(plans: list[StatePlan], index: int) -> Snapshot:
-    """What a state of the slots up to ``index`` needs, taken cheaply: the stages that read ahead
-    call it after every item. A slot with ``state_snapshot()`` gives a small immutable token (its
-    state is built only when asked for), a dataset without state gives nothing, any other slot its
-    ``state_dict()``; a stage that reads ahead passes on its own upstream snapshot."""
-    parts: list[tuple[int, Any]] = []
-    while index >= 0:
-        _, _, how, take = plans[index]
-        if take is not None:  # a token or a state
-            part = take()
-            if how == "state":
-                part = dict(part)
-                upstream = part.pop(UPSTREAM, None)
-                if upstream is not None:
-                    parts.append((index, part))
-                    return Snapshot(tuple(parts), upstream)
-            parts.append((index, part))
-        else:
-            parts.append((index, None))
-        index -= 1
-    return Snapshot(tuple(parts), None)
-
-
-def materialize(plans: list[StatePlan], snapshot: Any) -> dict[str, Any]:
-    """The per-slot states a snapshot (or an already built state) stands for; the slot nearest
-    the consumer that cannot be saved raises first."""
-    if not isinstance(snapshot, Snapshot):
-        return dict(snapshot)
-    mine: list[tuple[str, dict[str, Any]]] = []
-    for index, part in snapshot.parts:
-        slot, component, how, _ = plans[index]
-        if how == "token":
-            mine.append((slot, dict(component.state_from_snapshot(part))))
-        elif how == "state":
-            mine.append((slot, part))
-        elif how == "length":
-            mine.append((slot, {"length": len(component)}))
-        else:
-            stateful(slot, component)  # raises ResumeError naming the slot
-    upstream = {} if snapshot.upstream is None else materialize(plans, snapshot.upstream)
-    return {**upstream, **dict(reversed(mine))}

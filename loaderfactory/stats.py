@@ -118,11 +118,12 @@ class LoaderStats:
         if self.started is None:
             self.started = time.perf_counter()
 
-    def record(self, wait: float, items: int) -> None:
+    def record(self, wait: float, items: int, now: float | None = None) -> None:
+        """One batch of ``items`` the consumer waited ``wait`` s for, got at ``now`` (``perf_counter``)."""
         self.batches += 1
         self.items += items
         self.waits.append(wait)
-        self.finished = time.perf_counter()
+        self.finished = time.perf_counter() if now is None else now
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]  # dataclass re-initialisation to defaults

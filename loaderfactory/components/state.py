@@ -1,21 +1,24 @@
 """The state protocol every pipeline component follows, so a stopped run resumes exactly.
 
-A component's ``state_dict()`` describes where it stands *as its consumer sees it*: a freshly
-built, identical component given that state by ``load_state_dict()`` yields exactly what the
-original would have yielded next. States are plain JSON data (dicts, lists, str, int, float,
-bool, None). A loaded state takes effect at the next ``iter()``; until then ``state_dict()``
-returns it unchanged.
+One protocol, nested like ``torchdata.nodes``:
 
-Stages that read ahead of their consumer (a prefetch thread, a buffered stream, worker
-processes) have run their upstream further than the consumer got. They implement
-``bind_upstream_state(fn)``: ``fn()`` returns the state of every slot before them, and they call
-it right after pulling each item (on the thread that pulls), keep that snapshot next to the item,
-and report the snapshot of the last item their consumer took under :data:`UPSTREAM`.
-:class:`~loaderfactory.loader.Loader` binds the hook and restores each slot from those snapshots.
-Snapshots are taken after every item, so they must be cheap: a component whose ``state_dict()``
-costs more than a few attribute reads may also offer ``state_snapshot()`` (a small immutable
-token of what changes per item) and ``state_from_snapshot(token)`` (the ``state_dict()`` it stood
-for); the Loader then keeps tokens and builds states only when one is asked for.
+- **Every component** offers ``state_dict()``: where it stands *as its consumer sees it*, as plain
+  JSON data; and ``load_state_dict(state)``: a freshly built, identical component given that state
+  yields exactly what the original would have yielded next. A loaded state takes effect at the
+  next ``iter()``; until then ``state_dict()`` returns it.
+- **Cheap snapshots** (optional, :class:`Snapshots`): ``state_snapshot()`` returns a small immutable
+  value of what changes per item (a few attribute reads), and ``state_from_snapshot(snapshot)``
+  the ``state_dict()`` it stood for. A component whose ``state_dict()`` costs more offers them;
+  for any other one its ``state_dict()`` is its snapshot.
+- **Stages that read ahead** (a prefetch thread, a buffered stream) have run their upstream further
+  than their consumer got. They offer ``track_upstream(upstream)`` (:class:`ReadsAhead`), take
+  ``upstream.state_snapshot()`` right after pulling each item (on the thread that pulls), keep it
+  next to the item, and nest ``upstream.state_from_snapshot()`` of the last item their consumer
+  took under :data:`UPSTREAM` in their own state; their own snapshot holds that upstream snapshot.
+
+:class:`~loaderfactory.loader.Loader` hands each stage that reads ahead the slots before it as one
+:class:`Snapshots` (keyed by slot), and splits the nested state it gets from the last slot into
+one state per slot.
 
 A stage that shards records ``world_size`` and ``rank`` and refuses a state saved for other
 values with :func:`check_matching`; any stage does the same for worker counts and for whatever
@@ -31,17 +34,14 @@ keep those checks a few lines per component.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from numbers import Integral
 from typing import Any, Protocol, TypeGuard, runtime_checkable
 
 from loaderfactory.errors import ResumeError
 
 UPSTREAM = "upstream"
-"""Key of the upstream snapshot inside the state of a stage that reads ahead."""
-
-UpstreamState = Callable[[], dict[str, Any]]
-"""Returns the state of every slot before a stage, as that stage's consumer side sees it."""
+"""Key of the upstream's state inside the state of a stage that reads ahead."""
 
 
 @runtime_checkable
@@ -53,11 +53,34 @@ class Stateful(Protocol):
     def load_state_dict(self, state: Mapping[str, Any]) -> None: ...
 
 
-def replay_length(bound: bool, sized: object) -> int | None:
+@runtime_checkable
+class Snapshots(Protocol):
+    """Cheap snapshots of a state: one per item, built into a ``state_dict()`` only when asked."""
+
+    def state_snapshot(self) -> Any:
+        """A small immutable value of what changes per item; cheap (a stage takes one per item)."""
+        ...
+
+    def state_from_snapshot(self, snapshot: Any) -> dict[str, Any]:
+        """The ``state_dict()`` the component had when :meth:`state_snapshot` returned ``snapshot``."""
+        ...
+
+
+@runtime_checkable
+class ReadsAhead(Protocol):
+    """A stage that pulls items before its consumer asks for them."""
+
+    def track_upstream(self, upstream: Snapshots | None) -> None:
+        """Keep ``upstream.state_snapshot()`` next to each item pulled, nest its state under
+        :data:`UPSTREAM`; ``None``: standalone (a restored stage replays its source)."""
+        ...
+
+
+def replay_length(tracking: bool, sized: object) -> int | None:
     """How many items a read-ahead stage may have been through when it replays its source itself:
-    ``len(sized)`` standalone, ``None`` in a ``Loader`` (``bound``: the slots before are restored
-    separately there and their ``len()`` is not this stage's bound) or for an unsized source."""
-    if bound:
+    ``len(sized)`` standalone, ``None`` when it tracks an upstream (the slots before are restored
+    from their own states and their ``len()`` is not this stage's bound) or for an unsized source."""
+    if tracking:
         return None
     try:
         return len(sized)  # type: ignore[arg-type]  # TypeError below when unsized

@@ -15,10 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from loaderfactory.components.state import UpstreamState
-
-StreamEvent = tuple[str, Any, "dict[str, Any] | None"]
-"""``("batch", batch, upstream_state)`` or ``("end", None, upstream_state)`` at each end of the stream."""
+StreamEvent = tuple[str, Any, Any]
+"""``("batch", batch, upstream_snapshot)`` or ``("end", None, upstream_snapshot)`` at each end of the
+stream (the snapshot is ``None`` when no upstream is tracked)."""
 
 BATCH = "batch"
 END = "end"
@@ -35,7 +34,7 @@ def events(
     stream_fn: Callable[[], Iterable[Any]],
     epoch_size: int,
     name: str,
-    snapshot: UpstreamState | None,
+    snapshot: Callable[[], Any] | None,
     skip: int,
     timeline: Timeline,
 ) -> Generator[StreamEvent, None, None]:

@@ -17,7 +17,7 @@ from typing import Any
 
 from loaderfactory.components.state import (
     UPSTREAM,
-    UpstreamState,
+    Snapshots,
     check_matching,
     replay_length,
     require_int,
@@ -28,6 +28,9 @@ from loaderfactory.components.stream.parts import END, StreamEvent, Timeline, ev
 from loaderfactory.components.thread.buffer import ThreadBuffer
 from loaderfactory.components.workers.channel import Gate
 from loaderfactory.components.workers.lifecycle import stopping_together
+
+_UNSET: Any = object()
+"""No upstream snapshot taken yet: the upstream's current one stands for it."""
 
 
 class StreamWrapper:
@@ -85,11 +88,11 @@ class StreamWrapper:
         self._gate = Gate(gated)
         self._source: Iterator[StreamEvent] | None = None  # the events, pulled here or through _buffer
         self._buffer: ThreadBuffer[StreamEvent] | None = None  # buffered: the producer thread
-        self._upstream_state: UpstreamState | None = None
+        self._upstream: Snapshots | None = None
         self._epoch = 0
         self._in_epoch = 0
         self._position = 0
-        self._snapshot: dict[str, Any] | None = None
+        self._snapshot: Any = _UNSET  # the upstream's snapshot as of the last batch or end taken
         self._pending: dict[str, Any] | None = None
 
     # -- iteration -----------------------------------------------------------------------------
@@ -117,11 +120,12 @@ class StreamWrapper:
         pending, self._pending = self._pending, None
         # A fresh stream starts at its first batch; a restored one goes on from the saved batch.
         self._position = int(pending["position"]) if pending is not None else 0
-        if pending is not None and self._upstream_state is None:
+        if pending is not None and self._upstream is None:
             # Standalone, nothing restored the stream: replay its pass. (In a Loader the slots
             # before were restored to where this stream's consumer stood.)
             skip = self._position
-        source = events(self.stream_fn, self.epoch_size, self.name, self._upstream_state, skip, self.timeline)
+        snapshot = None if self._upstream is None else self._upstream.state_snapshot
+        source = events(self.stream_fn, self.epoch_size, self.name, snapshot, skip, self.timeline)
         if self.buffer_size == 0:
             self._source = source
             return source
@@ -217,26 +221,43 @@ class StreamWrapper:
 
     # -- resume --------------------------------------------------------------------------------
 
-    def bind_upstream_state(self, fn: UpstreamState | None) -> None:
-        """Snapshot ``fn()`` after each batch pulled from the stream (a ``Loader`` binds it)."""
-        self._upstream_state = fn
+    def track_upstream(self, upstream: Snapshots | None) -> None:
+        """Keep ``upstream.state_snapshot()`` beside each batch pulled from the stream (a ``Loader``
+        calls it)."""
+        self._upstream = upstream
 
     def state_dict(self) -> dict[str, Any]:
-        """Epochs done, batches of this epoch and of the current pass, upstream as of them."""
-        if self._pending is not None:
-            return dict(self._pending)
+        """Epochs done, batches of this epoch and of the current pass, and, when tracked, the
+        upstream's state as of them."""
+        return self.state_from_snapshot(self.state_snapshot())
+
+    def state_snapshot(self) -> tuple[int, int, int, Any]:
+        """``(epoch, in_epoch, position, upstream snapshot)``: cheap, see :meth:`state_from_snapshot`."""
+        pending = self._pending
+        if pending is not None:
+            epoch, in_epoch, position = (int(pending[k]) for k in ("epoch", "in_epoch", "position"))
+            upstream = _UNSET
+        else:
+            epoch, in_epoch, position, upstream = self._epoch, self._in_epoch, self._position, self._snapshot
+        if upstream is _UNSET and self._upstream is not None:
+            upstream = self._upstream.state_snapshot()  # no batch pulled: it stands where it is
+        return epoch, in_epoch, position, upstream
+
+    def state_from_snapshot(self, snapshot: tuple[int, int, int, Any]) -> dict[str, Any]:
+        """The :meth:`state_dict` this stream had when :meth:`state_snapshot` returned ``snapshot``."""
+        epoch, in_epoch, position, upstream = snapshot
         state: dict[str, Any] = {
-            "epoch": self._epoch,
-            "in_epoch": self._in_epoch,
-            "position": self._position,
+            "epoch": epoch,
+            "in_epoch": in_epoch,
+            "position": position,
             "epoch_size": self.epoch_size,
         }
-        if self._snapshot is not None:
-            state[UPSTREAM] = self._snapshot
+        if self._upstream is not None:
+            state[UPSTREAM] = self._upstream.state_from_snapshot(upstream)
         return state
 
     def _replay_length(self) -> int | None:
-        return replay_length(self._upstream_state is not None, self.stream_fn)
+        return replay_length(self._upstream is not None, self.stream_fn)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the saved batch on the next iteration.
@@ -257,7 +278,7 @@ class StreamWrapper:
         position = require_int(owner, state, "position", high=self._replay_length())
         self.close()
         self._epoch, self._in_epoch = epoch, in_epoch
-        self._position, self._snapshot = position, None
+        self._position, self._snapshot = position, _UNSET
         self._pending = dict(state)
 
     def telemetry(self) -> dict[str, Any]:

@@ -10,8 +10,6 @@ into the next.
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import threading
 import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -20,74 +18,23 @@ from typing import Any, Generic, TypeVar
 from loaderfactory.components.data.batch_utils import clone_batch
 from loaderfactory.components.state import (
     UPSTREAM,
+    Snapshots,
     StateFieldError,
-    UpstreamState,
     check_matching,
     replay_length,
     require_int,
     require_keys,
     require_state,
 )
+from loaderfactory.components.thread.producer import End, Signal, Snapped, produce, stop_pass
 from loaderfactory.components.workers.channel import Channel, ChannelClosed, Gate
-from loaderfactory.components.workers.lifecycle import finish_threads, stopping_together
+from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.errors import StallError
 
 T = TypeVar("T")
 
-
-class _Signal:
-    """Base of what the producer sends besides plain items (one type check per item)."""
-
-    __slots__ = ()
-
-
-class _End(_Signal):
-    """Marks the end of the source; ``state`` is the upstream's state after it (when tracked)."""
-
-    def __init__(self, state: dict[str, Any] | None = None) -> None:
-        self.state = state
-
-
-class _Snapped(_Signal):
-    """An item with the upstream's state right after it was pulled (for ``state_dict()``)."""
-
-    __slots__ = ("item", "state")
-
-    def __init__(self, item: Any, state: dict[str, Any]) -> None:
-        self.item = item
-        self.state = state
-
-
-class _Failure(_Signal):
-    """Carries the source's exception to the consumer."""
-
-    def __init__(self, error: BaseException) -> None:
-        self.error = error
-
-
-def _produce(
-    source: Iterator[Any],
-    channel: Channel[Any],
-    snapshot: UpstreamState | None = None,
-    skip: int = 0,
-    gate: Gate | None = None,
-) -> None:
-    try:
-        # A restored buffer replays what its consumer already had: dropped at once, ungated.
-        for _ in itertools.islice(source, skip):
-            pass
-        for item in source if gate is None else gate.pace(source, channel):
-            channel.put(item if snapshot is None else _Snapped(item, snapshot()))
-        channel.put(_End(None if snapshot is None else snapshot()))
-    except ChannelClosed:
-        pass
-    except BaseException as error:  # noqa: BLE001 - forwarded to the consumer, re-raised there
-        with contextlib.suppress(ChannelClosed):
-            channel.put(_Failure(error))
-    finally:
-        close = getattr(source, "close", None)
-        if callable(close):
-            close()
+_UNSET: Any = object()
+"""No upstream snapshot taken yet: the upstream's current one stands for it."""
 
 
 class _Pass(Generic[T]):
@@ -102,15 +49,15 @@ class _Pass(Generic[T]):
         skip, partial = owner._begin_pass()
         self._partial = partial
         self._thread = threading.Thread(
-            target=_produce,
-            args=(iter(owner.src), self._channel, owner._upstream_state, skip, self._gate),
+            target=produce,
+            args=(iter(owner.src), self._channel, owner._snapshot_upstream, skip, self._gate),
             name=f"loaderfactory-{owner.name}",
             daemon=True,
         )
         self._thread.start()
         # Stop the thread when this pass is garbage collected without being closed.
         self._finalizer = weakref.finalize(
-            self, _stop, self._channel, self._thread, self._gate, owner.unblock
+            self, stop_pass, self._channel, self._thread, self._gate, owner.unblock
         )
 
     def __iter__(self) -> _Pass[T]:
@@ -150,17 +97,17 @@ class _Pass(Generic[T]):
             ) from None
         except ChannelClosed:
             raise StopIteration from None
-        if isinstance(item, _Signal):
-            if isinstance(item, _End):
+        if isinstance(item, Signal):
+            if isinstance(item, Snapped):  # first: one per item when the upstream is tracked
+                owner._state_before, owner._state_after = owner._state_after, item.state
+                item = item.item
+            elif isinstance(item, End):
                 self.close()
                 owner._finish_pass(item.state)
                 raise StopIteration
-            if isinstance(item, _Failure):
+            else:
                 self.close()
-                raise item.error
-            if isinstance(item, _Snapped):
-                owner._state_before, owner._state_after = owner._state_after, item.state
-                item = item.item
+                raise item.error  # type: ignore[attr-defined]  # a Failure
         owner._consumed += 1
         repeats = owner.repeats - self._partial
         self._partial = 0
@@ -187,22 +134,6 @@ class _Pass(Generic[T]):
 
 def _same(item: T) -> T:
     return item
-
-
-def _stop(
-    channel: Channel[Any],
-    thread: threading.Thread,
-    gate: Gate | None,
-    unblock: Callable[[], None] | None = None,
-) -> None:
-    with stopping_together():  # one grace for what the producer waits on and for the producer
-        channel.close()
-        if gate is not None:
-            gate.wake()  # a gated producer waits on the gate, not on the channel
-        if unblock is not None:
-            unblock()
-        # Bounded: a producer stuck inside its source is left to finish as a daemon, with a warning.
-        finish_threads([thread], thread.name)
 
 
 class ThreadBuffer(Generic[T]):
@@ -261,12 +192,13 @@ class ThreadBuffer(Generic[T]):
         # collecting it stops its thread.
         self._pass: weakref.ref[_Pass[T]] | None = None
         # Resume (see loaderfactory.components.state): what the consumer got in the current pass,
-        # and the upstream's state before and after the source item it got last.
-        self._upstream_state: UpstreamState | None = None
+        # and the upstream's snapshots before and after the source item it got last.
+        self._upstream: Snapshots | None = None
+        self._snapshot_upstream: Callable[[], Any] | None = None
         self._consumed = 0
         self._echoes_done = 0
-        self._state_before: dict[str, Any] | None = None
-        self._state_after: dict[str, Any] | None = None
+        self._state_before: Any = _UNSET
+        self._state_after: Any = _UNSET
         self._pending: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[T]:
@@ -285,9 +217,10 @@ class ThreadBuffer(Generic[T]):
             current.close()
         self._pass = None
 
-    def bind_upstream_state(self, fn: UpstreamState | None) -> None:
-        """Snapshot ``fn()`` after each item the thread pulls (a ``Loader`` binds it)."""
-        self._upstream_state = fn
+    def track_upstream(self, upstream: Snapshots | None) -> None:
+        """Keep ``upstream.state_snapshot()`` beside each item the thread pulls (a ``Loader`` calls it)."""
+        self._upstream = upstream
+        self._snapshot_upstream = None if upstream is None else upstream.state_snapshot
 
     def _begin_pass(self) -> tuple[int, int]:
         """Start the consumer's counts (from a loaded state); returns (source items to drop, echoes had)."""
@@ -295,38 +228,49 @@ class ThreadBuffer(Generic[T]):
         pending, self._pending = self._pending, None
         if pending is not None:
             consumed, done = int(pending["consumed"]), int(pending["echoes_done"])
-            if self._upstream_state is None:
+            if self._upstream is None:
                 # Standalone, nothing restored the source: replay it, dropping what was delivered.
                 skip = max(0, (consumed - done) // self.repeats)
         # A restored pass goes on counting from the saved state, so saving it again resumes right.
         self._consumed = consumed
         self._echoes_done = done
-        start = self._upstream_state() if self._upstream_state is not None else None
+        start = self._snapshot_upstream() if self._snapshot_upstream is not None else _UNSET
         self._state_before = self._state_after = start
         return skip, done
 
-    def _finish_pass(self, state: dict[str, Any] | None) -> None:
+    def _finish_pass(self, state: Any) -> None:
         self._consumed = 0
         self._echoes_done = 0
         self._state_before = self._state_after = state
 
     def state_dict(self) -> dict[str, Any]:
-        """Items handed out in this pass (echoes included) and the upstream's state as of them."""
-        if self._pending is not None:
-            return dict(self._pending)
-        state: dict[str, Any] = {
-            "consumed": self._consumed,
-            "echoes_done": self._echoes_done,
-            "repeats": self.repeats,
-        }
-        # Mid-echo the item must be pulled again, so the upstream goes back to before it.
-        upstream = self._state_before if self._echoes_done else self._state_after
-        if upstream is not None:
-            state[UPSTREAM] = upstream
+        """Items handed out in this pass (echoes included) and, when tracked, the upstream's state
+        as of them."""
+        return self.state_from_snapshot(self.state_snapshot())
+
+    def state_snapshot(self) -> tuple[int, int, Any]:
+        """``(consumed, echoes_done, upstream snapshot)``: cheap, see :meth:`state_from_snapshot`."""
+        pending = self._pending
+        if pending is not None:
+            consumed, done, upstream = int(pending["consumed"]), int(pending["echoes_done"]), _UNSET
+        else:
+            consumed, done = self._consumed, self._echoes_done
+            # Mid-echo the item must be pulled again, so the upstream goes back to before it.
+            upstream = self._state_before if done else self._state_after
+        if upstream is _UNSET and self._snapshot_upstream is not None:
+            upstream = self._snapshot_upstream()  # no item pulled: the upstream stands where it is
+        return consumed, done, upstream
+
+    def state_from_snapshot(self, snapshot: tuple[int, int, Any]) -> dict[str, Any]:
+        """The :meth:`state_dict` this buffer had when :meth:`state_snapshot` returned ``snapshot``."""
+        consumed, done, upstream = snapshot
+        state: dict[str, Any] = {"consumed": consumed, "echoes_done": done, "repeats": self.repeats}
+        if self._upstream is not None:
+            state[UPSTREAM] = self._upstream.state_from_snapshot(upstream)
         return state
 
     def _replay_length(self) -> int | None:
-        return replay_length(self._upstream_state is not None, self)
+        return replay_length(self._upstream is not None, self)
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue after the saved item (and echo) on the next ``iter()``.
