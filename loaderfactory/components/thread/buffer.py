@@ -64,14 +64,8 @@ class _Pass(Generic[T]):
         return self
 
     def __next__(self) -> T:
-        owner = self._owner
         if self._echoes:
-            owner._consumed += 1
-            if len(self._echoes) == 1:
-                owner._echoes_done = 0
-            else:
-                owner._echoes_done += 1
-            return self._echoes.pop()  # type: ignore[no-any-return]  # echoes are items of the source
+            return self._next_echo()
         if self._done:
             raise StopIteration
         if self._gate is not None and not self._channel:
@@ -79,35 +73,56 @@ class _Pass(Generic[T]):
         try:
             item = self._channel.get(self._owner.timeout)
         except TimeoutError:
-            # The producer is stuck inside its source: joining it would turn a stall deadline
-            # into a hang. Close the channel so it exits when the source returns, and raise now.
-            self._done = True
-            self._echoes = []
-            self._finalizer.detach()
-            self._channel.close()
-            if self._gate is not None:
-                self._gate.wake()
-            if owner.unblock is not None:
-                with stopping_together(wait=False):  # stop what it waits on, at once
-                    owner.unblock()
-            raise StallError(
-                owner.stall_message
-                or f"{owner.name}: no batch from its source for {owner.timeout} s (timeout); "
-                "the source is stuck or too slow: raise the timeout or check the source"
-            ) from None
+            raise self._stalled() from None
         except ChannelClosed:
             raise StopIteration from None
         if isinstance(item, Signal):
-            if isinstance(item, Snapped):  # first: one per item when the upstream is tracked
-                owner._state_before, owner._state_after = owner._state_after, item.state
-                item = item.item
-            elif isinstance(item, End):
-                self.close()
-                owner._finish_pass(item.state)
-                raise StopIteration
-            else:
-                self.close()
-                raise item.error  # type: ignore[attr-defined]  # a Failure
+            item = self._signalled(item)
+        return self._first_of(item)
+
+    def _next_echo(self) -> T:
+        owner = self._owner
+        owner._consumed += 1
+        if len(self._echoes) == 1:
+            owner._echoes_done = 0
+        else:
+            owner._echoes_done += 1
+        return self._echoes.pop()  # type: ignore[no-any-return]  # echoes are items of the source
+
+    def _stalled(self) -> StallError:
+        """The producer is stuck inside its source: joining it would turn a stall deadline into a
+        hang. Close the channel so it exits when the source returns, and return the error to raise."""
+        owner = self._owner
+        self._done = True
+        self._echoes = []
+        self._finalizer.detach()
+        self._channel.close()
+        if self._gate is not None:
+            self._gate.wake()
+        if owner.unblock is not None:
+            with stopping_together(wait=False):  # stop what it waits on, at once
+                owner.unblock()
+        return StallError(
+            owner.stall_message
+            or f"{owner.name}: no batch from its source for {owner.timeout} s (timeout); "
+            "the source is stuck or too slow: raise the timeout or check the source"
+        )
+
+    def _signalled(self, signal: Signal) -> Any:
+        """The item a tracked snapshot came with; the end of the pass or a failure raise."""
+        owner = self._owner
+        if isinstance(signal, Snapped):  # first: one per item when the upstream is tracked
+            owner._state_before, owner._state_after = owner._state_after, signal.state
+            return signal.item
+        self.close()
+        if isinstance(signal, End):
+            owner._finish_pass(signal.state)
+            raise StopIteration
+        raise signal.error  # type: ignore[attr-defined]  # a Failure
+
+    def _first_of(self, item: Any) -> T:
+        """``item``, keeping its echoes (copies first, the original last) for the next calls."""
+        owner = self._owner
         owner._consumed += 1
         repeats = owner.repeats - self._partial
         self._partial = 0
