@@ -564,3 +564,34 @@ def test_waiting_for_processes_that_have_exited_returns_at_once() -> None:
     assert wait_for_exit([process], time.monotonic() + 30) == []
     assert wait_for_exit([process], time.monotonic() + 30) == []  # gone already: nothing to wait on
     assert time.monotonic() - started < 10
+
+
+def _take_and_die(lock: Any) -> None:
+    lock.acquire()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_worker_killed_holding_the_stop_signal_does_not_hang_the_shutdown() -> None:
+    """A process killed while it held the lock of torch's done event (workers take it to read the
+    event) leaves it taken; stopping the workers frees it instead of waiting forever."""
+    import multiprocessing
+
+    from loaderfactory.components.workers.exits import stop_workers
+    from loaderfactory.components.workers.torch_internals import unregister_pids
+
+    loader = torch.utils.data.DataLoader(torch.arange(8), batch_size=2, num_workers=1)
+    iterator = iter(loader)
+    next(iterator)
+    unregister_pids(iterator)  # torch's SIGCHLD handler would raise here for the worker killed below
+    lock = iterator._workers_done_event._cond._lock  # type: ignore[attr-defined]
+    holder = multiprocessing.get_context("fork").Process(target=_take_and_die, args=(lock,))
+    holder.start()
+    holder.join(30)
+    assert holder.exitcode == -signal.SIGKILL and not lock.acquire(timeout=0.1)  # taken for good
+    worker = iterator._workers[0]  # type: ignore[attr-defined]
+    os.kill(worker.pid, signal.SIGKILL)
+    worker.join(30)
+    stopping = threading.Thread(target=stop_workers, args=(iterator, 0.5, 0.5), daemon=True)
+    stopping.start()
+    stopping.join(20)
+    assert not stopping.is_alive(), "stopping the workers hung on the lock the dead process held"

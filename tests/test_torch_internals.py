@@ -5,6 +5,7 @@ A torch upgrade that renames or removes one fails here, naming it, instead of in
 
 from __future__ import annotations
 
+import _multiprocessing  # type: ignore[import-not-found]
 import ast
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,10 @@ def owners() -> Iterator[dict[str, Any]]:
             "DataLoader": loader,
             "iterator": iterator,
             "result_queue": iterator._worker_result_queue,  # type: ignore[attr-defined]  # checked below
+            "done_event": iterator._workers_done_event,  # type: ignore[attr-defined]
+            "condition": iterator._workers_done_event._cond,  # type: ignore[attr-defined]
+            "mp_lock": iterator._workers_done_event._cond._lock,  # type: ignore[attr-defined]
+            "SemLock": _multiprocessing.SemLock,
         }
     finally:
         iterator._shutdown_workers()  # type: ignore[attr-defined]  # checked below

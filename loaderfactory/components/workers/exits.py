@@ -20,6 +20,7 @@ from typing import Any
 from loaderfactory.components.workers.torch_internals import (
     ask_workers_to_stop,
     finish_shutdown,
+    free_stop_signal,
     is_shut_down,
     post_result,
     unregister_pids,
@@ -64,6 +65,9 @@ class ExitWatcher:
                 return
             index, process = sentinels[ready[0]]
             process.join(1.0)
+            code = exit_code(process)
+            if code is not None and code < 0:
+                free_stop_signal(iterator)
             on_exit(exit_error(name, index, process))
         finally:
             os.close(self._read)
@@ -116,6 +120,8 @@ def stop_workers(iterator: Any, grace: float, kill_grace: float, wake: bool = Fa
     if is_shut_down(iterator):  # shut down already, or no worker processes
         return
     processes = worker_processes(iterator)
+    if any(killed(process) for process in processes):
+        free_stop_signal(iterator)
     if grace > 0:
         with contextlib.suppress(Exception):  # a queue broken by a killed worker: terminate below
             ask_workers_to_stop(iterator)
@@ -136,6 +142,12 @@ def stop_workers(iterator: Any, grace: float, kill_grace: float, wake: bool = Fa
         # A worker stopped by a signal may have been creating a shared-memory segment.
         if process in terminated or (process.exitcode is not None and process.exitcode < 0):
             unlink_segments_of(process.pid)
+
+
+def killed(process: Any) -> bool:
+    """Whether ``process`` has been ended by a signal (and may have left a shared lock taken)."""
+    code = process.exitcode
+    return code is not None and code < 0
 
 
 def exit_code(process: Any) -> int | None:

@@ -10,6 +10,7 @@ renames one fails there instead of in a training run.
 
 from __future__ import annotations
 
+import _multiprocessing  # type: ignore[import-not-found]  # no stubs: SemLock._rebuild below
 import contextlib
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Literal, NamedTuple
@@ -22,7 +23,17 @@ from torch.utils.data._utils.pin_memory import pin_memory as _pin_memory
 class PrivateName(NamedTuple):
     """A private name: where it lives and what it must be (a callable or a plain attribute)."""
 
-    owner: Literal["signal_handling", "pin_memory", "DataLoader", "iterator", "result_queue"]
+    owner: Literal[
+        "signal_handling",
+        "pin_memory",
+        "DataLoader",
+        "iterator",
+        "result_queue",
+        "done_event",
+        "condition",
+        "mp_lock",
+        "SemLock",
+    ]
     name: str
     kind: Literal["callable", "attribute"]
 
@@ -46,8 +57,14 @@ PRIVATE_NAMES = (
     PrivateName("iterator", "_task_info", "attribute"),
     PrivateName("result_queue", "_sem", "attribute"),
     PrivateName("result_queue", "_writer", "attribute"),
+    # multiprocessing's own, under torch's done event (see free_stop_signal)
+    PrivateName("done_event", "_cond", "attribute"),
+    PrivateName("condition", "_lock", "attribute"),
+    PrivateName("mp_lock", "_semlock", "attribute"),
+    PrivateName("SemLock", "_rebuild", "callable"),
 )
-"""Every private torch name used below; ``owner`` ``iterator`` is ``_MultiProcessingDataLoaderIter``."""
+"""Every private name used below; ``owner`` ``iterator`` is ``_MultiProcessingDataLoaderIter``,
+``done_event`` its ``_workers_done_event`` and ``condition``/``mp_lock`` what that holds."""
 
 
 def pin_memory(batch: Any) -> Any:
@@ -100,6 +117,34 @@ def ask_workers_to_stop(iterator: Any) -> None:
     for worker_id in range(len(iterator._workers)):
         if iterator._persistent_workers or iterator._workers_status[worker_id]:
             iterator._mark_worker_as_unavailable(worker_id, shutdown=True)
+
+
+def free_stop_signal(iterator: Any, wait_s: float = 0.2) -> None:
+    """Free torch's done event from a worker killed by a signal while it held the event's lock.
+
+    Workers read the event (``is_set()`` takes a lock shared by every process); a worker killed in
+    that moment leaves the lock taken for good, and torch (``_mark_worker_as_unavailable``,
+    ``_shutdown_workers``) then waits on it forever. A live holder keeps it for microseconds, so a
+    lock still taken after ``wait_s`` is the dead worker's. It is released through a second handle
+    on the same semaphore, so the lock object here keeps its own count of acquisitions (which
+    ``Condition.notify`` checks); the handle is kept, since closing it would close the semaphore.
+    (``_cond``, ``_lock``, ``_semlock`` and ``SemLock._rebuild`` are ``multiprocessing``'s own.)
+    """
+    event = getattr(iterator, "_workers_done_event", None)
+    lock = getattr(getattr(event, "_cond", None), "_lock", None)
+    semlock = getattr(lock, "_semlock", None)
+    if lock is None or semlock is None or lock.acquire(timeout=wait_s):
+        if lock is not None and semlock is not None:
+            lock.release()
+        return
+    with contextlib.suppress(ValueError, TypeError, AttributeError, OSError):
+        twin = _multiprocessing.SemLock._rebuild(semlock.handle, semlock.kind, semlock.maxvalue, None)
+        twin.release()
+        _FREED_HANDLES.append(twin)
+
+
+_FREED_HANDLES: list[Any] = []
+"""Second handles made by :func:`free_stop_signal`, never closed (see there)."""
 
 
 def finish_shutdown(iterator: Any) -> None:
