@@ -22,6 +22,20 @@ WAIT_S = 10.0
 """Bound on every wait for the workers (a hang becomes a failure)."""
 
 
+def _let_one_more_load(queue: Any, dataset: Any, number: int) -> None:
+    """Allow one more load after batch ``number`` and wait until the store has it.
+
+    Workers hand items over in index order, so the item just allowed may wait for the other
+    worker's, which the next allow() lets through: one load may lag.
+    """
+    dataset.allow(1)
+    loads = 32 + (number + 1) // 2 - 1
+    store = queue._run.store if queue._run is not None else None
+    assert store is not None
+    with store._cond:  # the store notifies at every put
+        assert store._cond.wait_for(lambda: store.loads >= loads, WAIT_S)
+
+
 def cv(counts: np.ndarray[Any, Any]) -> float:
     """Coefficient of variation of the draws per item: 0 is perfectly even; i.i.d. draws give
     sqrt(63/800) = 0.28 for 800 draws from 64 items."""
@@ -143,14 +157,7 @@ def test_always_mode_draws_every_item_about_equally_often(seed: int) -> None:
         try:
             for number, _ in enumerate(queue):
                 if number % 2:
-                    dataset.allow(1)
-                    # Workers hand items over in index order, so the item just allowed may wait for
-                    # the other worker's, which the next allow() lets through: one load may lag.
-                    loads = 32 + (number + 1) // 2 - 1
-                    store = queue._run.store if queue._run is not None else None
-                    assert store is not None
-                    with store._cond:  # the store notifies at every put
-                        assert store._cond.wait_for(lambda: store.loads >= loads, WAIT_S)  # noqa: B023
+                    _let_one_more_load(queue, dataset, number)
             counts = queue.sampling_counts
         finally:
             dataset.open()
@@ -181,12 +188,7 @@ def test_batches_of_four_draw_every_item_about_equally_often(seed: int) -> None:
             for number, batch in enumerate(queue):
                 assert len(set(batch["index"].tolist())) == 4  # a batch holds 4 distinct items
                 if number % 2:
-                    dataset.allow(1)
-                    loads = 32 + (number + 1) // 2 - 1  # one load may lag (see the test above)
-                    store = queue._run.store if queue._run is not None else None
-                    assert store is not None
-                    with store._cond:  # the store notifies at every put
-                        assert store._cond.wait_for(lambda: store.loads >= loads, WAIT_S)  # noqa: B023
+                    _let_one_more_load(queue, dataset, number)
             counts = queue.sampling_counts
         finally:
             dataset.open()
