@@ -124,8 +124,7 @@ class QueueDataset(IterableDataset[Any]):
         self.wait_fill = wait_fill
         self.wait_fill_timeout = wait_fill_timeout
         self.on_fill_timeout = on_fill_timeout
-        self.timeout = timeout
-        self.multiprocessing_context = multiprocessing_context
+        self.timeout, self.multiprocessing_context = timeout, multiprocessing_context
         self.sample_transforms = as_transform(sample_transforms)
         self.batch_transforms = as_transform(batch_transforms)
         self.preprocess = preprocess

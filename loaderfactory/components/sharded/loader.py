@@ -116,27 +116,17 @@ class ShardedDataLoader:
         check_workers(worker_type, num_workers, prefetch, timeout)
         rank, world_size = place(rank, world_size)
         self.seed_given = seed is not None
-        if seed is None:
-            seed = agreed_seed(world_size)
-        length = None
-        if sampler is None and batch_sampler is None:
-            if not hasattr(dataset, "__len__"):
-                raise ArgumentError("dataset", "the dataset has no len(); give a sampler or a batch_sampler")
-            length = len(dataset)
+        seed = agreed_seed(world_size) if seed is None else seed
+        length = _length(dataset) if sampler is None and batch_sampler is None else None
         self.dataset = dataset
         self.collate: Callable[[list[Any]], Any] = collate if collate is not None else default_collate
         self.load = LoadStep(dataset, self.collate)
-        self.num_workers = num_workers
-        self.worker_type = worker_type
-        self.pin_memory = pin_memory
+        self.num_workers, self.worker_type, self.pin_memory = num_workers, worker_type, pin_memory
         self.prefetch = max(1, 2 * num_workers if prefetch is None else prefetch)
         self.seed = seed
-        self.rank = rank
-        self.world_size = world_size
+        self.rank, self.world_size = rank, world_size
         self.persistent_workers = persistent_workers
-        self.timeout = timeout
-        self.multiprocessing_context = multiprocessing_context
-        self.name = name
+        self.timeout, self.multiprocessing_context, self.name = timeout, multiprocessing_context, name
         self.planner = ShardPlanner(
             length,
             batch_size,
@@ -324,3 +314,10 @@ class ShardedDataLoader:
             return "the thread that reads it", 2 * batch_bytes, "a batch being collated"
         runs = f"{self.num_workers} {self.worker_type} worker(s)"
         return runs, self.prefetch * batch_bytes, f"{self.prefetch} batches in flight"
+
+
+def _length(dataset: Any) -> int:
+    """``len(dataset)``: the order needs it unless a sampler or batch sampler gives the indices."""
+    if not hasattr(dataset, "__len__"):
+        raise ArgumentError("dataset", "the dataset has no len(); give a sampler or a batch_sampler")
+    return len(dataset)
