@@ -22,6 +22,32 @@ WAIT_S = 10.0
 """Bound on every wait for the workers (a hang becomes a failure)."""
 
 
+def _gated_draws(seed: int, batch_size: int) -> tuple[np.ndarray[Any, Any], set[int]]:
+    """The issue's setting (800 batches from 64 items, mode always, 2 workers, capacity 32, one load
+    per two batches): the draws per item, and the numbers of distinct items a batch held."""
+    dataset = Gated(64)
+    dataset.allow(32)  # the fill
+    distinct: set[int] = set()
+    with QueueDataset(
+        dataset,
+        epoch_size=800,
+        mode="always",
+        num_workers=2,
+        capacity=32,
+        batch_size=batch_size,
+        seed=seed,
+        timeout=WAIT_S,
+    ) as queue:
+        try:
+            for number, batch in enumerate(queue):
+                distinct.add(len(set(batch["index"].reshape(-1).tolist())))
+                if number % 2:
+                    _let_one_more_load(queue, dataset, number)
+            return queue.sampling_counts, distinct
+        finally:
+            dataset.open()
+
+
 def _let_one_more_load(queue: Any, dataset: Any, number: int) -> None:
     """Allow one more load after batch ``number`` and wait until the store has it.
 
@@ -149,18 +175,7 @@ def test_ties_are_broken_at_random_by_the_seed() -> None:
 def test_always_mode_draws_every_item_about_equally_often(seed: int) -> None:
     """The issue's setting: 800 draws from 64 items, mode always, 2 workers, capacity 32, one load
     per two draws; the draws per item vary far less than i.i.d. draws' CV of 0.28."""
-    dataset = Gated(64)
-    dataset.allow(32)  # the fill
-    with QueueDataset(
-        dataset, epoch_size=800, mode="always", num_workers=2, capacity=32, seed=seed, timeout=WAIT_S
-    ) as queue:
-        try:
-            for number, _ in enumerate(queue):
-                if number % 2:
-                    _let_one_more_load(queue, dataset, number)
-            counts = queue.sampling_counts
-        finally:
-            dataset.open()
+    counts, _ = _gated_draws(seed, batch_size=1)
     assert counts.sum() == 800 and counts.min() >= 1
     assert cv(counts) < 0.15, counts  # about 0.05 here; uniform draws gave 0.27-0.33
 
@@ -172,26 +187,8 @@ def test_batches_of_four_draw_every_item_about_equally_often(seed: int) -> None:
 
     With draws outpacing loads the spread falls as the passes loaded grow (items held in fewer
     passes stay behind): 400 batches (3.6 passes) gave a CV of 0.11-0.14, 800 about 0.06."""
-    dataset = Gated(64)
-    dataset.allow(32)  # the fill
-    with QueueDataset(
-        dataset,
-        epoch_size=800,
-        mode="always",
-        num_workers=2,
-        capacity=32,
-        batch_size=4,
-        seed=seed,
-        timeout=WAIT_S,
-    ) as queue:
-        try:
-            for number, batch in enumerate(queue):
-                assert len(set(batch["index"].tolist())) == 4  # a batch holds 4 distinct items
-                if number % 2:
-                    _let_one_more_load(queue, dataset, number)
-            counts = queue.sampling_counts
-        finally:
-            dataset.open()
+    counts, distinct = _gated_draws(seed, batch_size=4)
+    assert distinct == {4}  # a batch holds 4 distinct items
     assert counts.sum() == 3200 and counts.min() >= 1
     assert cv(counts) < 0.15, counts
 
