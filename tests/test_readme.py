@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 from loaderfactory.config.reference import reference
@@ -42,3 +44,12 @@ def test_readme_install_command_pins_the_cpu_torch_first() -> None:
     assert len(commands) == 2
     for command in commands:
         assert command.startswith("pip install torch==2.13.0 && ")
+
+
+def test_the_first_screens_example_runs() -> None:
+    """The README's first Python example (a user's own data in a loader) runs as printed."""
+    example = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)[0]
+    assert "build_loader" in example and "dataset=dataset" in example
+    check = "\nassert len(loader) == 16 and epoch == 1 and x.shape == (40, 3, 32, 32) and y.shape == (40,)\n"
+    done = subprocess.run([sys.executable, "-c", example + check], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
