@@ -16,7 +16,7 @@ REFERENCE = (ROOT / "docs" / "reference.md").read_text()
 
 def test_config_reference_matches_the_specs() -> None:
     """docs/reference.md is exactly what the registered specs generate, and the README links to it."""
-    assert REFERENCE == reference() + "\n", (
+    assert reference() + "\n" == REFERENCE, (
         "regenerate it: python -m loaderfactory.config.reference > docs/reference.md"
     )
     assert "(docs/reference.md)" in README
@@ -51,5 +51,6 @@ def test_the_first_screens_example_runs() -> None:
     example = re.findall(r"```python\n(.*?)```", README, flags=re.DOTALL)[0]
     assert "build_loader" in example and "dataset=dataset" in example
     check = "\nassert len(loader) == 16 and epoch == 1 and x.shape == (40, 3, 32, 32) and y.shape == (40,)\n"
-    done = subprocess.run([sys.executable, "-c", example + check], capture_output=True, text=True, timeout=120)
+    command = [sys.executable, "-c", example + check]
+    done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
