@@ -43,7 +43,11 @@ def take_in(config: Any, *, require_dataset: bool = True) -> Intake:
         if require_dataset:
             require_dataset_slot(config)
         return Intake(config, "")
-    from loaderfactory.hydra.convert import explain_interpolations, node_path, to_plain  # OmegaConf only where a config needs it
+    from loaderfactory.hydra.convert import (
+        explain_interpolations,
+        node_path,
+        to_plain,
+    )  # OmegaConf only where a config needs it
 
     root = node_path(config)
     try:

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from loaderfactory import ConfigError, validate
-from loaderfactory.hydra.argv import open_config_keys, shown_overrides
+from loaderfactory.hydra.argv import open_config_keys, shown_overrides, with_light_overrides
 from tests.test_cli import ROOT, cli
 
 TYPO_AND_BOUND = ["loader.batch_sise=4", "prefetch.buffer_size=0"]
@@ -72,6 +72,15 @@ def test_only_plain_value_overrides_are_opened() -> None:
     ]
     shown = shown_overrides(["++loader.batch_size=0", "++a.b=2"], ["loader.batch_size=0,4", "++a.b=2"])
     assert shown == ["loader.batch_size=0", "++a.b=2"]
+
+
+def test_look_only_overrides_join_the_overrides_given() -> None:
+    """``dataset=sine --cfg job``: the look-only overrides go right after ``dataset=sine``, where
+    Hydra's parser still takes them as overrides; a run gets none."""
+    light = with_light_overrides(["dataset=sine", "--cfg", "job"])
+    assert light[0] == "dataset=sine" and light[-2:] == ["--cfg", "job"]
+    assert "hydra.run.dir=." in light[1:-2]
+    assert with_light_overrides(["loader.batch_size=4"]) == ["loader.batch_size=4"]
 
 
 def test_an_env_number_gets_the_oc_decode_hint_and_the_hint_works(tmp_path: Path) -> None:
@@ -139,7 +148,9 @@ def _in_folder(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_target_module_in_the_current_folder_imports(tmp_path: Path) -> None:
     """``+dataset={_target_: mod.Class}`` finds ``mod.py`` in the folder the command runs in."""
-    result = _in_folder(tmp_path, "run.mode=validate", "~dataset", "+dataset={_target_: lf_three_items.ThreeItems}")
+    result = _in_folder(
+        tmp_path, "run.mode=validate", "~dataset", "+dataset={_target_: lf_three_items.ThreeItems}"
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("config OK: dataset=custom")
 

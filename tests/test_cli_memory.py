@@ -44,7 +44,6 @@ def test_forked_workers_add_far_less_than_their_rss_sum() -> None:
             rss_sum_mb = max(rss_sum_mb, _children_rss_mb())
     assert sorted(seen) == list(range(64))
     assert memory.measure == "pss" and rss_sum_mb > 0
-    print(memory.growth_mb, rss_sum_mb)
     assert memory.growth_mb < 0.25 * rss_sum_mb, (memory.growth_mb, rss_sum_mb)
     assert memory.own_peak_rss_mb > 0
 

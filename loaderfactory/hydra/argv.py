@@ -34,6 +34,19 @@ def light_overrides(argv: Sequence[str]) -> list[str]:
     return found
 
 
+def with_light_overrides(argv: Sequence[str]) -> list[str]:
+    """``argv`` with :func:`light_overrides` next to the overrides already there.
+
+    Hydra's argument parser takes the overrides as one run of positional arguments, so
+    ``dataset=sine --cfg job`` followed by more overrides would be refused: they go right after
+    the last override given (at the end when there is none).
+    """
+    extra = light_overrides(argv)
+    given = [i for i, item in enumerate(argv) if item[:1] != "-" and ("=" in item or item[:1] == "~")]
+    at = given[-1] + 1 if given else len(argv)
+    return [*argv[:at], *extra, *argv[at:]]
+
+
 def open_config_keys(overrides: Sequence[str]) -> list[str]:
     """``overrides`` with each plain ``key=value`` outside ``hydra.`` turned into ``++key=value``.
 

@@ -26,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 from loaderfactory.config import registry
 from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.errors import ConfigError
-from loaderfactory.hydra.argv import light_overrides, open_config_keys, put_cwd_on_path, shown_overrides
+from loaderfactory.hydra.argv import open_config_keys, put_cwd_on_path, shown_overrides, with_light_overrides
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
 from loaderfactory.hydra.job import INTERRUPTED_EXIT, Interrupted, run_job
 from loaderfactory.intake import validate
@@ -149,7 +149,7 @@ def summary_lines(jobs: list[Job]) -> list[str]:
 def main() -> None:
     """Console entry point (``loaderfactory``)."""
     _typed[:] = sys.argv[1:]
-    sys.argv[1:] = open_config_keys(_typed) + light_overrides(_typed)
+    sys.argv[1:] = open_config_keys(with_light_overrides(_typed))
     put_cwd_on_path()
     _check_plugin_configs()
     OmegaConf.register_new_resolver(KINDS_RESOLVER, kinds_help, replace=True)  # --help's Kinds section

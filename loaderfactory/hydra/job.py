@@ -54,6 +54,8 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
     report = out_dir / spec.run.report
     if interrupted:
         summary["interrupted"] = True
+        if summary["batches"] == 0:  # stopped before the first batch: no rate to speak of
+            summary.update(batches_per_s=0.0, items_per_s=0.0)
     elif spec.run.plots:
         summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
     write_report(summary, report)

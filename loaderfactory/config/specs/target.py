@@ -90,7 +90,9 @@ def resolve_target(target: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"cannot import module {module_name!r} for {target!r}: {_why(module_name, err)}") from err
+        raise ValueError(
+            f"cannot import module {module_name!r} for {target!r}: {_why(module_name, err)}"
+        ) from err
     try:
         return getattr(module, attr)
     except AttributeError:

@@ -41,5 +41,7 @@ class ScaleSpec(loaderfactory.Spec):
 
 def register_all() -> None:
     """Entry-point hook: add this package's kinds to loaderfactory's registry (builders imported lazily)."""
-    loaderfactory.register("dataset", "sine_waves", SineWavesSpec, lazy(f"{__name__}.data", "build_sine_waves"))
+    loaderfactory.register(
+        "dataset", "sine_waves", SineWavesSpec, lazy(f"{__name__}.data", "build_sine_waves")
+    )
     loaderfactory.register("transform", "scale", ScaleSpec, lazy(f"{__name__}.data", "build_scale"))
