@@ -65,6 +65,8 @@ def test_only_plain_value_overrides_are_opened() -> None:
     """Picking a preset, adding, deleting, ``hydra.*`` and flags stay as typed; values get ``++``."""
     typed = ["loader=torch", "+x.y=1", "~prefetch", "++a.b=2", "hydra.run.dir=.", "--cfg", "job", "a@b=c"]
     assert open_config_keys(typed) == typed
+    other_root = ["--config-name", "mine", "experiment=fast", "a.b=1"]
+    assert open_config_keys(other_root) == other_root
     assert open_config_keys(["loader.batch_size=4", "seed=1", "run.mode=plan"]) == [
         "++loader.batch_size=4",
         "++seed=1",

@@ -15,6 +15,7 @@ _NO_OUTPUT = ("hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra
 _VALUE_OVERRIDE = re.compile(r"^(?P<key>[A-Za-z_][\w-]*(?:\.[\w-]+)*)=")
 """``key.path=value`` with no ``+``/``++``/``~`` prefix, no ``/`` (a group) and no ``@`` (a package)."""
 
+_OTHER_CONFIG = ("--config-name", "-cn", "--config-dir", "-cd", "--config-path", "-cp")
 OPENED = "++"
 """The prefix :func:`open_config_keys` adds: Hydra's "add or override"."""
 
@@ -54,8 +55,11 @@ def open_config_keys(overrides: Sequence[str]) -> list[str]:
     'batch_sise' is not in struct", naming only that mistake. ``++`` sets an existing key exactly
     as ``=`` does and adds a new one, which validation then reports with the closest field name,
     together with every other problem of the config. A slot's name alone (``loader=torch``) picks
-    a preset and is left as it is; so are ``hydra.*`` keys, which Hydra checks itself.
+    a preset and is left as it is; so are ``hydra.*`` keys, which Hydra checks itself, and every
+    override when the command line names another root config (its groups are not known here).
     """
+    if any(item.split("=", 1)[0] in _OTHER_CONFIG for item in overrides):
+        return list(overrides)  # another root config may have groups of its own: `experiment=fast`
     return [_opened(item) for item in overrides]
 
 

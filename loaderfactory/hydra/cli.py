@@ -78,8 +78,8 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         log.error("job failed:\n%s", "".join(traceback.format_exception(err)))
         _record(False, f"{type(err).__name__}: {err}")
         return None
-    peak = f"{summary['peak_memory_mb']} MiB ({summary['memory_measure'].upper()}, with workers)"
-    _record(True, f"{summary.get('batches_per_s')} batches/s, peak {peak}")
+    peak = f"peak with workers ({summary['memory_measure'].upper()}) {summary['peak_memory_mb']} MiB"
+    _record(True, f"{summary.get('batches_per_s')} batches/s, {peak}")
     return summary
 
 
