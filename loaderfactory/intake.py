@@ -43,13 +43,17 @@ def take_in(config: Any, *, require_dataset: bool = True) -> Intake:
         if require_dataset:
             require_dataset_slot(config)
         return Intake(config, "")
-    from loaderfactory.hydra.convert import node_path, to_plain  # OmegaConf only where a config needs it
+    from loaderfactory.hydra.convert import (
+        explain_interpolations,
+        node_path,
+        to_plain,
+    )  # OmegaConf only where a config needs it
 
     root = node_path(config)
     try:
         return Intake(validate_plain(to_plain(config), require_dataset, root), root)
     except ConfigError as err:
-        raise at_root(root, err) from None
+        raise at_root(root, explain_interpolations(config, err)) from None
 
 
 def at_root(root: str, err: ConfigError) -> ConfigError:

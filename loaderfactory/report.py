@@ -16,19 +16,22 @@ _ROWS = (
     ("wait_total_s", "consumer wait, total", "s"),
     ("wait_p50_ms", "consumer wait per batch, p50", "ms"),
     ("wait_p99_ms", "consumer wait per batch, p99", "ms"),
-    ("peak_rss_mb", "peak memory (RSS)", "MiB"),
-    ("peak_growth_mb", "memory the loader added at peak", "MiB"),
+    ("peak_rss_mb", "peak memory, this process (RSS)", "MiB"),
+    ("peak_memory_mb", "peak memory with workers ({measure})", "MiB"),
+    ("peak_growth_mb", "memory the loader added at peak ({measure})", "MiB"),
 )
+"""Report key, label, unit. ``{measure}`` is the report's ``memory_measure``: PSS counts a page that
+forked workers share with the main process once, where a sum of RSS counts it once per process."""
 
 
 def format_report(summary: dict[str, Any]) -> str:
-    """The headline figures as an aligned two-column table."""
-    width = max(len(label) for _, label, _ in _ROWS)
-    lines = [
-        f"{label:<{width}}  {summary.get(key)} {unit}".rstrip()
-        for key, label, unit in _ROWS
-        if key in summary
-    ]
+    """The headline figures as an aligned two-column table; an interrupted run says so first."""
+    measure = str(summary.get("memory_measure", "rss")).upper()
+    rows = [(key, label.format(measure=measure), unit) for key, label, unit in _ROWS if key in summary]
+    width = max((len(label) for _, label, _ in rows), default=0)
+    lines = [f"{label:<{width}}  {summary.get(key)} {unit}".rstrip() for key, label, unit in rows]
+    if summary.get("interrupted"):
+        lines.insert(0, "interrupted (Ctrl-C): the figures cover the batches drawn until then")
     return "\n".join(lines)
 
 

@@ -15,9 +15,11 @@ ROOT = Path(__file__).resolve().parent.parent
 QUICK = ["run.progress=false", "run.plots=false", "dataset.length=64", "loader.batch_size=8"]
 
 
-def cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Runs ``python -m loaderfactory ARGS`` from ``tmp_path``, with Hydra's output dirs inside it."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m loaderfactory ARGS`` from ``tmp_path``, with Hydra's output dirs inside it
+    (``env``: variables to add)."""
+    path = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, **(env or {})}
     command = [
         sys.executable,
         "-m",

@@ -10,15 +10,13 @@ loaderfactory run.mode=schema > loaderfactory.schema.json
 
 from __future__ import annotations
 
-import itertools
 import json
 import logging
 import sys
-import time
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
@@ -28,17 +26,12 @@ from omegaconf import DictConfig, OmegaConf
 from loaderfactory.config import registry
 from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.errors import ConfigError
+from loaderfactory.hydra.argv import open_config_keys, put_cwd_on_path, shown_overrides, with_light_overrides
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
+from loaderfactory.hydra.job import INTERRUPTED_EXIT, Interrupted, run_job
 from loaderfactory.intake import validate
 
-if TYPE_CHECKING:
-    from loaderfactory.loader import Loader
-
 log = logging.getLogger("loaderfactory")
-
-_LIGHT_FLAGS = ("--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "--resolve")
-_LIGHT_MODES = ("run.mode=validate", "run.mode=plan", "run.mode=schema")
-_NO_OUTPUT = ("hydra.output_subdir=null", "hydra/job_logging=none", "hydra/hydra_logging=none")
 
 
 @dataclass(frozen=True)
@@ -52,6 +45,8 @@ class Job:
 
 
 _jobs: list[Job] = []
+_typed: list[str] = []
+"""The command line as the user typed it (before :func:`open_config_keys`)."""
 
 
 def run_app(cfg: DictConfig) -> dict[str, Any] | None:
@@ -73,7 +68,7 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         if spec.run.mode == "plan":
             _plan(spec)
             return None
-        summary = _run(spec)
+        summary = run_job(spec, Path(HydraConfig.get().runtime.output_dir), _say)
     except ConfigError as err:
         _refuse(err)
         return None
@@ -83,27 +78,8 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         log.error("job failed:\n%s", "".join(traceback.format_exception(err)))
         _record(False, f"{type(err).__name__}: {err}")
         return None
-    _record(True, f"{summary.get('batches_per_s')} batches/s, peak {summary.get('peak_rss_mb')} MiB")
-    return summary
-
-
-def _run(spec: LoaderSpec) -> dict[str, Any]:
-    from loaderfactory.factory import build_loader
-    from loaderfactory.report import format_report, write_report
-    from loaderfactory.stats import PeakMemory
-
-    out_dir = Path(HydraConfig.get().runtime.output_dir)
-    with PeakMemory() as memory:
-        loader = build_loader(spec)
-        with loader:
-            summary = consume(loader, spec)
-    summary["peak_rss_mb"] = round(memory.peak_mb, 1)  # this job's own, workers included
-    summary["peak_growth_mb"] = round(memory.growth_mb, 1)  # what building and running added
-    summary["config"] = spec.model_dump(mode="json", by_alias=True)
-    if spec.run.plots:
-        summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
-    write_report(summary, out_dir / spec.run.report)
-    _say(f"{format_report(summary)}\nreport: {out_dir / spec.run.report}")
+    peak = f"peak with workers ({summary['memory_measure'].upper()}) {summary['peak_memory_mb']} MiB"
+    _record(True, f"{summary.get('batches_per_s')} batches/s, {peak}")
     return summary
 
 
@@ -128,7 +104,7 @@ def _sweeping() -> bool:
 
 def _record(ok: bool, detail: str) -> None:
     hydra_cfg = HydraConfig.get()
-    overrides = " ".join(hydra_cfg.overrides.task) or "(no overrides)"
+    overrides = " ".join(shown_overrides(hydra_cfg.overrides.task, _typed)) or "(no overrides)"
     number = OmegaConf.select(hydra_cfg, "job.num", default=0, throw_on_missing=False)  # type: ignore[arg-type]  # a DictConfig at runtime; ??? in a single run
     _jobs.append(Job(int(number or 0), overrides, ok, detail))
 
@@ -165,72 +141,6 @@ def _refuse(err: ConfigError) -> None:
     _record(False, "; ".join(str(p) for p in err.problems))
 
 
-def write_plots(loader: Loader, out_dir: Path) -> list[Path]:
-    """The wait histogram, plus whatever each component draws with its ``plot_telemetry(out_dir)``."""
-    from loaderfactory.report import plot_waits
-
-    paths = []
-    if loader.stats.waits:
-        paths.append(plot_waits(loader.stats.waits, out_dir / "wait_hist.png"))
-    for component in loader.components.values():
-        plot = getattr(component, "plot_telemetry", None)
-        if callable(plot):
-            paths.extend(plot(out_dir))
-    return paths
-
-
-def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:
-    """Draw ``run.batches`` batches (or ``run.epochs`` epochs), sleeping ``run.step_ms`` per batch."""
-    from tqdm import tqdm
-
-    run = spec.run
-    try:
-        per_epoch: int | None = len(loader)
-    except TypeError:
-        per_epoch = None
-    total = run.batches if run.batches is not None else (per_epoch * run.epochs if per_epoch else None)
-    batches = _batches(loader, run.batches, run.epochs)
-    step = run.step_ms / 1000
-    with tqdm(total=total, unit="batch", disable=not run.progress, file=sys.stderr) as bar:
-        for _ in batches:
-            if step:
-                time.sleep(step)
-            bar.update()
-    return loader.telemetry()
-
-
-def _batches(loader: Loader, limit: int | None, epochs: int) -> Any:
-    if limit is None:
-        return itertools.chain.from_iterable(loader for _ in range(epochs))
-
-    # Keep drawing epochs until `limit` batches; an empty epoch ends the run instead of spinning.
-    def endless() -> Any:
-        while True:
-            empty = True
-            for batch in loader:
-                empty = False
-                yield batch
-            if empty:
-                return
-
-    return itertools.islice(endless(), limit)
-
-
-def light_overrides(argv: list[str]) -> list[str]:
-    """Overrides that keep a look-only invocation (``--help``, ``validate``, ``schema``) from writing
-    an output folder or a log file; none for a run or a sweep."""
-    if "-m" in argv or "--multirun" in argv:
-        return []
-    if not any(a in _LIGHT_FLAGS or a.split("=", 1)[0] in _LIGHT_FLAGS for a in argv) and not any(
-        a in _LIGHT_MODES for a in argv
-    ):
-        return []
-    found = list(_NO_OUTPUT)
-    if not any(a.startswith("hydra.run.dir=") for a in argv):
-        found.append("hydra.run.dir=.")  # the current folder: it exists, nothing is created
-    return found
-
-
 def summary_lines(jobs: list[Job]) -> list[str]:
     """One line per job of a sweep: number, outcome, overrides, figures or the error."""
     return [f"  job {j.number}: {'ok    ' if j.ok else 'FAILED'} {j.overrides}: {j.detail}" for j in jobs]
@@ -238,11 +148,23 @@ def summary_lines(jobs: list[Job]) -> list[str]:
 
 def main() -> None:
     """Console entry point (``loaderfactory``)."""
-    sys.argv += light_overrides(sys.argv[1:])
+    _typed[:] = sys.argv[1:]
+    sys.argv[1:] = open_config_keys(with_light_overrides(_typed))
+    put_cwd_on_path()
     _check_plugin_configs()
     OmegaConf.register_new_resolver(KINDS_RESOLVER, kinds_help, replace=True)  # --help's Kinds section
     app = hydra.main(config_path=str(cli_config_dir()), config_name=CLI_CONFIG, version_base="1.3")(run_app)
-    app()
+    try:
+        app()
+    except Interrupted as stop:
+        print(
+            f"loaderfactory: interrupted after {stop.batches} batches; partial report in {stop.report}",
+            file=sys.stderr,
+        )
+        raise SystemExit(INTERRUPTED_EXIT) from None
+    except KeyboardInterrupt:  # before the first batch or while closing: no report to write
+        print("loaderfactory: interrupted", file=sys.stderr)
+        raise SystemExit(INTERRUPTED_EXIT) from None
     if len(_jobs) > 1 or any(not job.ok for job in _jobs):
         failed = sum(not job.ok for job in _jobs)
         print(f"loaderfactory: {len(_jobs)} jobs, {failed} failed", file=sys.stderr)

@@ -72,6 +72,64 @@ def _resolved(config: DictConfig | ListConfig) -> Any:
         raise ConfigError(ConfigProblem(_key(err), str(err))) from err
 
 
+_NUMBER_WANTED = ("must be a whole number, got ", "must be a number, got ")
+
+
+def explain_interpolations(config: Any, err: ConfigError) -> ConfigError:
+    """``err`` with a hint at each number field given a string by an interpolation.
+
+    ``${oc.env:NUM_WORKERS,0}`` resolves to the string ``'2'``, which a number field refuses as it
+    refuses ``num_workers: "2"`` typed in YAML (values are checked strictly). Only an interpolation
+    gets the hint: OmegaConf's ``oc.decode`` reads the string as YAML would.
+    """
+    if not isinstance(config, DictConfig | ListConfig):
+        return err
+    found = _number_strings(config, "")
+    if not found:
+        return err
+    problems = [
+        ConfigProblem(p.path, f"{p.message}; {_decode_hint(p.path, found[p.path])}")
+        if p.path in found and p.message.startswith(_NUMBER_WANTED)
+        else p
+        for p in err.problems
+    ]
+    return ConfigError(problems)
+
+
+def _decode_hint(path: str, expression: str) -> str:
+    decoded = "${oc.decode:" + expression + "}"
+    return (
+        f"the interpolation {expression} gives a string; write {decoded} to read it as a number "
+        f"""(on the command line, quoted: '{path}="{decoded}"')"""
+    )
+
+
+def _number_strings(node: DictConfig | ListConfig, path: str) -> dict[str, str]:
+    """Path → expression of each interpolation in ``node`` whose value is a string holding a number."""
+    found: dict[str, str] = {}
+    keys: list[Any] = list(node.keys()) if isinstance(node, DictConfig) else list(range(len(node)))
+    for key in keys:
+        child = node._get_node(key)
+        if OmegaConf.is_interpolation(node, key):
+            try:
+                value = node[key]
+            except OmegaConfBaseException:  # reported on its own as "interpolation failed"
+                continue
+            if isinstance(value, str) and _holds_number(value):
+                found[_join(path, key)] = str(child._value())  # type: ignore[union-attr]  # a value node
+        elif isinstance(child, DictConfig | ListConfig) and not child._is_none():
+            found.update(_number_strings(child, _join(path, key)))
+    return found
+
+
+def _holds_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def node_path(config: Any) -> str:
     """The dotted path of an OmegaConf node inside its root (``"data"`` for ``cfg.data``), else ``""``."""
     if isinstance(config, DictConfig | ListConfig) and config._get_parent() is not None:

@@ -90,11 +90,28 @@ def resolve_target(target: str) -> Any:
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
-        raise ValueError(f"cannot import module {module_name!r} for {target!r}: {err}") from err
+        raise ValueError(
+            f"cannot import module {module_name!r} for {target!r}: {_why(module_name, err)}"
+        ) from err
     try:
         return getattr(module, attr)
     except AttributeError:
         raise ValueError(f"module {module_name!r} has no attribute {attr!r}") from None
+
+
+def _why(module_name: str, err: ImportError) -> str:
+    """The import error, and where Python looked when the module itself (not one it imports) is missing."""
+    text = f"{type(err).__name__}: {err}"
+    missing = err.name if isinstance(err, ModuleNotFoundError) else None
+    if missing and (module_name == missing or module_name.startswith(f"{missing}.")):
+        return (
+            f"{text}. Python looks for it on sys.path (the folder the command runs in, PYTHONPATH, "
+            "installed packages): run from the folder that holds it, add that folder to PYTHONPATH, "
+            "or install its package"
+        )
+    if missing:
+        return f"{text} (imported by {module_name!r}: install {missing!r})"
+    return text
 
 
 class TargetCollateSpec(TargetSpec):

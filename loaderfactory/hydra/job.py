@@ -1,0 +1,142 @@
+"""One run of the command (``run.mode=run``): build, draw the batches, measure, report; Ctrl-C included."""
+
+from __future__ import annotations
+
+import itertools
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from loaderfactory.config.specs.pipeline import LoaderSpec
+from loaderfactory.errors import ConfigError, ConfigProblem
+
+if TYPE_CHECKING:
+    from loaderfactory.loader import Loader
+
+INTERRUPTED_EXIT = 130
+"""The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it."""
+
+
+class Interrupted(SystemExit):
+    """Ctrl-C stopped a run; its partial report is written. Exits the command with status 130."""
+
+    def __init__(self, batches: int, report: Path) -> None:
+        super().__init__(INTERRUPTED_EXIT)
+        self.batches, self.report = batches, report
+
+
+def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
+    """Build the loader, draw the run's batches, write ``run.report`` in ``out_dir``; return it.
+
+    Raises:
+        ConfigError: the run drew no batch (an empty epoch), naming the fields that made it empty.
+        Interrupted: Ctrl-C; the report drawn so far is written, marked ``"interrupted": true``.
+    """
+    from loaderfactory.factory import build_loader
+    from loaderfactory.report import format_report, write_report
+    from loaderfactory.stats import PeakMemory
+
+    interrupted = False
+    with PeakMemory() as memory:
+        loader = build_loader(spec)
+        with loader:
+            try:
+                summary = consume(loader, spec)
+            except KeyboardInterrupt:  # the workers stop as the `with` ends, then we report
+                interrupted = True
+                summary = loader.telemetry()
+    if not interrupted and summary["batches"] == 0:
+        raise ConfigError(no_batch_problem(spec, loader))
+    summary.update(_memory_figures(memory))
+    summary["config"] = spec.model_dump(mode="json", by_alias=True)
+    report = out_dir / spec.run.report
+    if interrupted:
+        summary["interrupted"] = True
+        if summary["batches"] == 0:  # stopped before the first batch: no rate to speak of
+            summary.update(batches_per_s=0.0, items_per_s=0.0)
+    elif spec.run.plots:
+        summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
+    write_report(summary, report)
+    say(f"{format_report(summary)}\n{'partial report' if interrupted else 'report'}: {report}")
+    if interrupted:
+        raise Interrupted(summary["batches"], report)
+    return summary
+
+
+def _memory_figures(memory: Any) -> dict[str, Any]:
+    return {
+        "peak_rss_mb": round(memory.own_peak_rss_mb, 1),  # this process alone
+        "peak_memory_mb": round(memory.peak_mb, 1),  # with its workers, shared pages once (PSS)
+        "peak_growth_mb": round(memory.growth_mb, 1),  # what building and running added
+        "memory_measure": memory.measure,
+    }
+
+
+def no_batch_problem(spec: LoaderSpec, loader: Loader) -> ConfigProblem:
+    """Why a run drew no batch, naming the fields to change."""
+    dataset = loader.dataset
+    try:
+        items = f"{len(dataset)} item(s)"
+    except TypeError:
+        items = "an unknown number of items"
+    batch_size = getattr(spec.loader, "batch_size", None)
+    drop_last = getattr(spec.loader, "drop_last", None)
+    return ConfigProblem(
+        "loader",
+        f"the run drew no batch: the dataset has {items}, loader.batch_size={batch_size}, "
+        f"loader.drop_last={str(drop_last).lower()}; with drop_last an epoch needs at least batch_size "
+        "items on each rank: use a longer dataset, a smaller loader.batch_size, or loader.drop_last=false",
+    )
+
+
+def write_plots(loader: Loader, out_dir: Path) -> list[Path]:
+    """The wait histogram, plus whatever each component draws with its ``plot_telemetry(out_dir)``."""
+    from loaderfactory.report import plot_waits
+
+    paths = []
+    if loader.stats.waits:
+        paths.append(plot_waits(loader.stats.waits, out_dir / "wait_hist.png"))
+    for component in loader.components.values():
+        plot = getattr(component, "plot_telemetry", None)
+        if callable(plot):
+            paths.extend(plot(out_dir))
+    return paths
+
+
+def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:
+    """Draw ``run.batches`` batches (or ``run.epochs`` epochs), sleeping ``run.step_ms`` per batch."""
+    from tqdm import tqdm
+
+    run = spec.run
+    try:
+        per_epoch: int | None = len(loader)
+    except TypeError:
+        per_epoch = None
+    total = run.batches if run.batches is not None else (per_epoch * run.epochs if per_epoch else None)
+    batches = _batches(loader, run.batches, run.epochs)
+    step = run.step_ms / 1000
+    with tqdm(total=total, unit="batch", disable=not run.progress, file=sys.stderr) as bar:
+        for _ in batches:
+            if step:
+                time.sleep(step)
+            bar.update()
+    return loader.telemetry()
+
+
+def _batches(loader: Loader, limit: int | None, epochs: int) -> Iterator[Any]:
+    if limit is None:
+        return itertools.chain.from_iterable(loader for _ in range(epochs))
+
+    # Keep drawing epochs until `limit` batches; an empty epoch ends the run instead of spinning.
+    def endless() -> Iterator[Any]:
+        while True:
+            empty = True
+            for batch in loader:
+                empty = False
+                yield batch
+            if empty:
+                return
+
+    return itertools.islice(endless(), limit)

@@ -1,0 +1,92 @@
+"""Ctrl-C during a run: one line, exit 130, a partial report marked interrupted, the job log written,
+no worker left."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.test_cli import ROOT
+
+PROGRESS = re.compile(rb"\|\s*[1-9]\d*/100000 ")
+"""tqdm's progress once at least one batch is drawn: ``  0%|   | 12/100000 [...]``."""
+
+
+def _wait_for_progress(process: subprocess.Popen[bytes], timeout: float = 90.0) -> bytes:
+    """stderr until tqdm shows a batch drawn; fails past ``timeout`` or if the process ends first."""
+    assert process.stderr is not None
+    seen, deadline = b"", time.monotonic() + timeout
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stderr, selectors.EVENT_READ)
+        while not PROGRESS.search(seen):
+            left = deadline - time.monotonic()
+            assert left > 0 and selector.select(left), f"no progress in {timeout} s: {seen[-2000:]!r}"
+            chunk = os.read(process.stderr.fileno(), 65536)
+            assert chunk, f"the command ended before its first batch: {seen[-2000:]!r}"
+            seen += chunk
+    return seen
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def test_ctrl_c_writes_a_partial_report_and_exits_130(tmp_path: Path) -> None:
+    """SIGINT mid-run: ``interrupted after N batches; partial report in <path>`` as the last line,
+    exit 130, no traceback, the report and the job log written, both worker processes gone."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "loaderfactory",
+        "loader=torch_workers",
+        "run.batches=100000",
+        "run.step_ms=5",
+        "run.plots=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        # A shell without job control starts background jobs with SIGINT ignored; Ctrl-C is not.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        before = _wait_for_progress(process)
+        workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
+        process.send_signal(signal.SIGINT)
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    stderr = (before + err).decode()
+    assert process.returncode == 130, stderr[-3000:]
+    assert len(workers) == 2 and all(_gone(pid) for pid in workers), workers
+    last = stderr.strip().splitlines()[-1]
+    found = re.fullmatch(r"loaderfactory: interrupted after (\d+) batches; partial report in (.+)", last)
+    assert found, last
+    assert "Traceback" not in stderr
+    report = json.loads(Path(found[2]).read_text())
+    assert Path(found[2]) == run_dir / "report.json"
+    assert report["interrupted"] is True and report["batches"] == int(found[1]) >= 1
+    assert report["items"] == 32 * report["batches"] and report["batches_per_s"] > 0
+    (log,) = run_dir.glob("*.log")
+    assert "interrupted (Ctrl-C)" in log.read_text() and "partial report: " in log.read_text()
+    assert "interrupted (Ctrl-C)" in out.decode()
