@@ -202,7 +202,11 @@ def differences(saved: Any, current: Any, path: tuple[str, ...] = ()) -> list[Di
             found.extend(differences(saved.get(key), current.get(key), (*path, str(key))))
         return found
     if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
-        return [d for n, pair in enumerate(zip(saved, current, strict=True)) for d in differences(*pair, (*path, str(n)))]
+        return [
+            d
+            for n, pair in enumerate(zip(saved, current, strict=True))
+            for d in differences(*pair, (*path, str(n)))
+        ]
     if saved != current:
         return [Difference(path, saved, current)]
     return []
@@ -237,7 +241,8 @@ def _moves_data(difference: Difference, spec: Any, declared: tuple[str, ...]) ->
     if any(difference.where == d or difference.where.startswith(f"{d}.") for d in declared):
         return True
     slot = getattr(spec, path[0], None) if path[0] in getattr(type(spec), "model_fields", {}) else None
-    return callable(getattr(slot, "is_location", None)) and bool(slot.is_location(path[1:], saved, now))
+    is_location = getattr(slot, "is_location", None)
+    return callable(is_location) and bool(is_location(path[1:], saved, now))
 
 
 def warn_moved(moved: Sequence[Difference]) -> None:

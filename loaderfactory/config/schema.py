@@ -33,8 +33,8 @@ from loaderfactory.config.schema_rewrite import (
 )
 from loaderfactory.config.specs.base import Spec
 from loaderfactory.config.specs.pipeline import HYDRA_KEYS, LoaderSpec, RunSpec
-from loaderfactory.config.specs.resume import ResumeSpec
 from loaderfactory.config.specs.refs import KindOf, spec_class_for
+from loaderfactory.config.specs.resume import ResumeSpec
 from loaderfactory.config.specs.target import HYDRA_TARGET_KEYS, TargetSpec
 
 Kinds = dict[str, type[Spec]]

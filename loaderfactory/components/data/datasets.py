@@ -176,11 +176,17 @@ _WEIGHTS_ONLY_REFUSAL = "Weights only load failed"
 
 
 def _needs_pickle(path: Path, refusal: str) -> str:
-    """Short text for a file ``torch.load(weights_only=True)`` refuses, naming what it holds."""
+    """Short text for a file ``torch.load(weights_only=True)`` refuses: the object it holds (a numpy
+    array, say), or the unpickler's complaint (a corrupt file)."""
     found = re.search(r"GLOBAL ([\w.]+)", refusal)
-    held = f"a {found.group(1)} object" if found else "objects beyond tensors and plain data"
-    if found and found.group(1).startswith("numpy"):
-        held += " (numpy arrays)"
+    if found is None:
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", refusal)
+        why = detail.group(1).strip() if detail else "not a plain-data pickle"
+        return (
+            f"{path}: cannot read it as a .pt file: torch.load(weights_only=True) refused it ({why}); "
+            "the file is corrupt, or holds objects only dataset.weights_only=false reads (trusted files only)"
+        )
+    held = f"a {found.group(1)} object" + (" (numpy arrays)" if found.group(1).startswith("numpy") else "")
     return (
         f"{path}: holds {held}, which torch.load(weights_only=True) refuses to unpickle; if the files "
         "are trusted, set dataset.weights_only=false (TensorFolderDataset(weights_only=False)): it runs "

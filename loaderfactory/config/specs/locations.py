@@ -19,9 +19,7 @@ from __future__ import annotations
 
 import re
 
-LOCATION_WORDS = frozenset(
-    {"dir", "path", "root", "file", "folder", "directory", "location", "url", "uri"}
-)
+LOCATION_WORDS = frozenset({"dir", "path", "root", "file", "folder", "directory", "location", "url", "uri"})
 """Last words of an argument name that mark it as a location (compared lower-case, a plural ``s`` off)."""
 
 _WORD = re.compile(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])")

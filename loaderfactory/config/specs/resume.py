@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pydantic import Field
-
 from loaderfactory.config.specs.base import Spec
 
 
@@ -18,5 +16,5 @@ class ResumeSpec(Spec):
 
     strict: bool = False
     """Refuse a state whose data location differs too, as any other difference."""
-    locations: list[str] = Field(default_factory=list)
+    locations: list[str] = []
     """More config paths that only say where the data lives (`dataset._args_.0`): they may differ too."""
