@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -67,3 +69,22 @@ def test_a_corrupt_pt_file_is_named_as_unreadable_in_one_line(tmp_path: Path) ->
     ) as caught:
         TensorFolderDataset(tmp_path)[0]
     assert "numpy" not in str(caught.value) and "\n" not in str(caught.value)
+
+
+def test_a_state_saved_under_one_weights_only_resumes_under_the_other(tmp_path: Path) -> None:
+    """weights_only changes how files are unpickled, not the batches: the rest of the epoch follows."""
+    for index in range(LENGTH):
+        torch.save({"index": index}, tmp_path / f"{index:02d}.pt")
+
+    def config(weights_only: bool) -> dict[str, Any]:
+        dataset = {"kind": "tensor_folder", "root": str(tmp_path), "weights_only": weights_only}
+        return {"dataset": dataset, "loader": {"kind": "torch", "batch_size": 1, "shuffle": True}, "seed": 3}
+
+    with build_loader(config(False)) as loader:
+        epoch = [int(b["index"]) for b in loader]
+    with build_loader(config(False)) as loader:
+        before = [int(next(iter(loader))["index"])]
+        state = json.loads(json.dumps(loader.state_dict()))
+    with build_loader(config(True)) as loader:
+        loader.load_state_dict(state)
+        assert before + [int(b["index"]) for b in loader] == epoch

@@ -69,6 +69,9 @@ class TensorFolderSpec(Spec):
     """
 
     location_fields = frozenset({"root"})
+    # weights_only changes how a .pt file is unpickled, never what it holds: a state saved under one
+    # value resumes under the other (and states saved before the field existed still load).
+    speed_only = frozenset({"weights_only"})
 
     kind: Literal["tensor_folder"] = "tensor_folder"
     root: str

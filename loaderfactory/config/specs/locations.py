@@ -45,7 +45,7 @@ def is_location_argument(path: tuple[str, ...], saved: str, now: str) -> bool:
     """Whether a difference at ``path`` (keys and list indices) inside a ``_target_``'s arguments
     only moves the data: a location name on the path, or two location-like values."""
     keys = [key for key in path if not key.isdigit()]
-    if keys and keys[0] in ("target", "_target_"):
+    if keys[:1] == ["target"] or "_target_" in keys:  # which class: never a location
         return False
     return any(names_location(key) for key in keys) or (
         looks_like_location(saved) and looks_like_location(now)
