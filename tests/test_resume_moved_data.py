@@ -180,6 +180,24 @@ def test_the_lightning_data_module_resumes_a_moved_dataset(tmp_path: Path) -> No
         module.teardown("fit")
 
 
+def with_table(item: dict[str, Any], table_file: str, scale: str) -> dict[str, Any]:
+    """A transform of yours reading a file: only named by ``_target_`` below, never called."""
+    return item
+
+
+def test_a_file_of_a_transform_nested_in_the_dataset_is_a_location_too() -> None:
+    """Inside tensor_folder's ``preprocess`` compose list, a ``_target_``'s ``table_file`` may move."""
+    table = {"_target_": f"{HERE}.with_table", "_partial_": True, "table_file": "/a/t.csv", "scale": "x"}
+    preprocess = {"kind": "compose", "transforms": [{"kind": "rand_flip", "dims": [-1]}, table]}
+    spec = loaderfactory.validate(
+        {"dataset": {"kind": "tensor_folder", "root": "/a", "preprocess": preprocess}}
+    )
+    assert spec.dataset is not None
+    assert spec.dataset.is_location(("preprocess", "transforms", "1", "table_file"), "/a/t.csv", "/b/t.csv")
+    assert not spec.dataset.is_location(("preprocess", "transforms", "1", "scale"), "x", "y")
+    assert not spec.dataset.is_location(("pattern",), "/a/*.pt", "/b/*.pt")
+
+
 @pytest.mark.parametrize(
     "key", ["root", "data_dir", "csv_file", "imageRoot", "paths", "base_url", "folder", "cache-dir"]
 )

@@ -138,13 +138,16 @@ class Spec(BaseModel):
     def is_location(self, path: tuple[str, ...], saved: str, now: str) -> bool:
         """Whether a difference at ``path`` (field names and list indices inside this spec) between the
         strings ``saved`` and ``now`` only says where the data lives: a :attr:`location_fields` field,
-        or a location inside a nested spec."""
+        or a location inside a nested spec (a list of specs too)."""
         if not path:
             return False
         if path[0] in self.location_fields:
             return True
         inner = getattr(self, path[0], None) if path[0] in type(self).model_fields else None
-        return isinstance(inner, Spec) and inner.is_location(path[1:], saved, now)
+        rest = path[1:]
+        if isinstance(inner, list) and rest and rest[0].isdigit() and int(rest[0]) < len(inner):
+            inner, rest = inner[int(rest[0])], rest[1:]
+        return isinstance(inner, Spec) and inner.is_location(rest, saved, now)
 
     @model_validator(mode="before")
     @classmethod
