@@ -15,6 +15,7 @@ from loaderfactory.components.workers.lifecycle import close_component, stopping
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.loader_state import (
     Chain,
+    Difference,
     load_slot,
     moved_data,
     saveable,
@@ -250,6 +251,14 @@ class Loader:
             if None not in (kind, saved_kind) and saved_kind != kind:
                 raise ResumeError(f"{slot}: the state is of kind {saved_kind!r}, this slot is {kind!r}")
             stateful(slot, component)
+        self._load_slots(saved, moved)
+        self.epoch = epoch
+        self.batches_in_epoch = batches_in_epoch
+        self._resumed = True
+        warn_moved(moved)
+
+    def _load_slots(self, saved: Mapping[str, Mapping[str, Any]], moved: list[Difference]) -> None:
+        """Each slot's part of a checked state; a dataset recorded by its length must have it still."""
         for slot, component in self._components.items():
             own = saved[slot]["state"]
             if is_map_style(component) and not hasattr(component, "load_state_dict"):
@@ -261,10 +270,6 @@ class Loader:
                     )
                 continue
             load_slot(slot, component, own)
-        self.epoch = epoch
-        self.batches_in_epoch = batches_in_epoch
-        self._resumed = True
-        warn_moved(moved)
 
     def _kind(self, slot: str) -> str | None:
         """The slot's kind in the spec (``None`` without a spec, or for a dataset object of yours)."""
