@@ -90,3 +90,8 @@ class LimitError(LoaderFactoryError, ValueError):
         self.argument = argument
         self.message = message
         self.component = component
+
+
+class ResumeWarning(UserWarning):
+    """A state was loaded although its config differs where that cannot change the batches: the data
+    was read from another place (``dataset.root``), the same kind and length."""

@@ -15,13 +15,15 @@ from loaderfactory.components.workers.lifecycle import close_component, stopping
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.loader_state import (
     Chain,
-    differences,
+    Difference,
     load_slot,
+    moved_data,
     saveable,
     saved_slots,
     slot_snapshots,
     split_slots,
     stateful,
+    warn_moved,
 )
 from loaderfactory.stats import LoaderStats
 
@@ -201,8 +203,14 @@ class Loader:
             }
         )
 
-    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+    def load_state_dict(self, state: Mapping[str, Any], strict: bool | None = None) -> None:
         """Resume from :meth:`state_dict` of a loader built from the same config; call before iterating.
+
+        The data may have moved: where the configs differ only in where the data lives (a kind's
+        ``location_fields`` such as tensor_folder's ``root``, a ``_target_``'s path-like arguments,
+        the config's ``resume.locations``), the state loads with a ``ResumeWarning`` naming each,
+        saved and now, provided the dataset's kind and length match. ``strict`` (default: the
+        config's ``resume.strict``, else ``False``) refuses those differences too.
 
         The whole state is checked before any slot is loaded, and each component checks its own
         part before it changes anything; a component that refuses its part leaves the slots before
@@ -230,12 +238,9 @@ class Loader:
         require_keys(owner, state, ("epoch", "batches_in_epoch", "slots"))
         epoch = require_int(owner, state, "epoch")
         batches_in_epoch = require_int(owner, state, "batches_in_epoch")
-        differ = differences(state.get("config"), self._config())
-        if differ:
-            shown = "; ".join(differ[:8]) + ("; ..." if len(differ) > 8 else "")
-            raise ResumeError(
-                f"the state was saved from another config ({shown}); build the loader from the saved config"
-            )
+        if strict is None:
+            strict = bool(getattr(getattr(self.spec, "resume", None), "strict", False))
+        moved = moved_data(state.get("config"), self._config(), self.spec, strict)
         saved = saved_slots(state["slots"])
         if list(saved) != list(self._components):
             raise ResumeError(
@@ -246,19 +251,25 @@ class Loader:
             if None not in (kind, saved_kind) and saved_kind != kind:
                 raise ResumeError(f"{slot}: the state is of kind {saved_kind!r}, this slot is {kind!r}")
             stateful(slot, component)
+        self._load_slots(saved, moved)
+        self.epoch = epoch
+        self.batches_in_epoch = batches_in_epoch
+        self._resumed = True
+        warn_moved(moved)
+
+    def _load_slots(self, saved: Mapping[str, Mapping[str, Any]], moved: list[Difference]) -> None:
+        """Each slot's part of a checked state; a dataset recorded by its length must have it still."""
         for slot, component in self._components.items():
             own = saved[slot]["state"]
             if is_map_style(component) and not hasattr(component, "load_state_dict"):
                 if own.get("length") != len(component):
+                    elsewhere = f" (read from another place: {'; '.join(map(str, moved))})" if moved else ""
                     raise ResumeError(
                         f"{slot}: the state was saved for {own.get('length')} items, "
-                        f"this dataset has {len(component)}"
+                        f"this dataset has {len(component)}{elsewhere}; resume with the same data"
                     )
                 continue
             load_slot(slot, component, own)
-        self.epoch = epoch
-        self.batches_in_epoch = batches_in_epoch
-        self._resumed = True
 
     def _kind(self, slot: str) -> str | None:
         """The slot's kind in the spec (``None`` without a spec, or for a dataset object of yours)."""
@@ -267,10 +278,10 @@ class Loader:
 
     def _config(self) -> Any:
         """The config as far as it decides the batch sequence (each slot's ``speed_only`` and
-        ``rank_only`` fields left out)."""
+        ``rank_only`` fields, ``run`` and ``resume`` left out)."""
         if self.spec is None or not hasattr(self.spec, "model_dump"):
             return None
-        exclude: dict[str, Any] = {"run": True}
+        exclude: dict[str, Any] = {"run": True, "resume": True}
         for name in type(self.spec).model_fields:
             slot = getattr(self.spec, name)
             free = set(getattr(slot, "speed_only", ())) | set(getattr(slot, "rank_only", ()))

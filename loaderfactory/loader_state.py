@@ -5,12 +5,13 @@ saved state."""
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from loaderfactory.components.data.sources import is_map_style
 from loaderfactory.components.state import UPSTREAM, Snapshots, StateFieldError
-from loaderfactory.errors import ResumeError
+from loaderfactory.errors import ResumeError, ResumeWarning
 
 
 class _Length:
@@ -178,14 +179,78 @@ def load_slot(slot: str, component: Any, state: Mapping[str, Any]) -> None:
         raise ResumeError(f"slots.{slot}.state: {err}") from err
 
 
-def differences(saved: Any, current: Any, path: str = "") -> list[str]:
-    """Dotted paths where two JSON configs differ, with both values."""
+class Difference(NamedTuple):
+    """Where two JSON configs differ: the path (keys and list indices) and both values."""
+
+    path: tuple[str, ...]
+    saved: Any
+    now: Any
+
+    @property
+    def where(self) -> str:
+        return ".".join(self.path) or "<root>"
+
+    def __str__(self) -> str:
+        return f"{self.where}: saved {self.saved!r}, now {self.now!r}"
+
+
+def differences(saved: Any, current: Any, path: tuple[str, ...] = ()) -> list[Difference]:
+    """Where two JSON configs differ, down to the dict keys and list items of equal-length lists."""
     if isinstance(saved, dict) and isinstance(current, dict):
         found = []
         for key in sorted(set(saved) | set(current), key=str):
-            where = f"{path}.{key}" if path else str(key)
-            found.extend(differences(saved.get(key), current.get(key), where))
+            found.extend(differences(saved.get(key), current.get(key), (*path, str(key))))
         return found
+    if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
+        return [
+            d
+            for n, pair in enumerate(zip(saved, current, strict=True))
+            for d in differences(*pair, (*path, str(n)))
+        ]
     if saved != current:
-        return [f"{path or '<root>'}: saved {saved!r}, now {current!r}"]
+        return [Difference(path, saved, current)]
     return []
+
+
+def moved_data(saved: Any, current: Any, spec: Any, strict: bool) -> list[Difference]:
+    """The differences between a saved config and the loader's that only move the data; raises
+    ``ResumeError`` listing the others (all of them with ``strict``).
+
+    A difference moves the data when both values are strings and the slot's spec calls it a location
+    (``Spec.is_location``: its ``location_fields``, a ``_target_``'s path-like arguments), or it lies
+    under one of ``spec.resume.locations``. The dataset's length is checked when its slot loads."""
+    found = differences(saved, current)
+    declared = tuple(getattr(getattr(spec, "resume", None), "locations", ()))
+    moved = [d for d in found if _moves_data(d, spec, declared)]
+    refused = found if strict else [d for d in found if d not in moved]
+    if not refused:
+        return moved
+    shown = "; ".join(map(str, refused[:8])) + ("; ..." if len(refused) > 8 else "")
+    hint = "build the loader from the saved config"
+    if strict and moved:
+        hint += " (resume.strict is on: set resume.strict=false to resume from the same data, moved)"
+    elif any(isinstance(d.now, str) and d.path[-1:] not in (("kind",), ("target",)) for d in refused):
+        hint += "; if a path there only says where the same data lives, list it in resume.locations"
+    raise ResumeError(f"the state was saved from another config ({shown}); {hint}")
+
+
+def _moves_data(difference: Difference, spec: Any, declared: tuple[str, ...]) -> bool:
+    path, saved, now = difference
+    if not (isinstance(saved, str) and isinstance(now, str)) or len(path) < 2:
+        return False
+    if any(difference.where == d or difference.where.startswith(f"{d}.") for d in declared):
+        return True
+    slot = getattr(spec, path[0], None) if path[0] in getattr(type(spec), "model_fields", {}) else None
+    is_location = getattr(slot, "is_location", None)
+    return callable(is_location) and bool(is_location(path[1:], saved, now))
+
+
+def warn_moved(moved: Sequence[Difference]) -> None:
+    """A :class:`ResumeWarning` naming each location a loaded state was saved with, and the new one."""
+    if moved:
+        warnings.warn(
+            "resumed with the data in another place, taken to be the same data (its kind and length "
+            f"match): {'; '.join(map(str, moved))}. Set resume.strict=true to refuse a moved dataset",
+            ResumeWarning,
+            stacklevel=3,
+        )

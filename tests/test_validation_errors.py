@@ -237,7 +237,7 @@ BAD_CONFIGS = [
     pytest.param(
         cfg(bogus=1),
         ["bogus"],
-        r"unknown field \(got 1\). Allowed: dataset, loader, prefetch, queue, run, seed, stream",
+        r"unknown field \(got 1\). Allowed: dataset, loader, prefetch, queue, resume, run, seed, stream",
         id="unknown_root_key",
     ),
     pytest.param(

@@ -31,7 +31,12 @@ def build_tensor_folder(spec: TensorFolderSpec, upstream: None, context: BuildCo
     preprocess = build_helper("transform", spec.preprocess, "dataset.preprocess")
     try:
         return TensorFolderDataset(
-            spec.root, spec.pattern, spec.recursive, preprocess, array_key=spec.array_key
+            spec.root,
+            spec.pattern,
+            spec.recursive,
+            preprocess,
+            array_key=spec.array_key,
+            weights_only=spec.weights_only,
         )
     except FileNotFoundError as err:
         raise ConfigError(ConfigProblem("dataset.root", str(err))) from err

@@ -34,6 +34,7 @@ from loaderfactory.config.schema_rewrite import (
 from loaderfactory.config.specs.base import Spec
 from loaderfactory.config.specs.pipeline import HYDRA_KEYS, LoaderSpec, RunSpec
 from loaderfactory.config.specs.refs import KindOf, spec_class_for
+from loaderfactory.config.specs.resume import ResumeSpec
 from loaderfactory.config.specs.target import HYDRA_TARGET_KEYS, TargetSpec
 
 Kinds = dict[str, type[Spec]]
@@ -126,7 +127,7 @@ def _kinds(table: registry.Table) -> tuple[Kinds, type[Spec] | None]:
 
 
 def _models(specs: list[type[Spec]]) -> list[type[Spec]]:
-    """``specs``, the run section and the models their fields nest (``FieldSpec``), each once."""
+    """``specs``, the run and resume sections and the models their fields nest (``FieldSpec``), each once."""
     found: dict[str, type[Spec]] = {}
 
     def visit(annotation: Any) -> Iterator[type[Spec]]:
@@ -139,7 +140,7 @@ def _models(specs: list[type[Spec]]) -> list[type[Spec]]:
             for arg in get_args(annotation):
                 yield from visit(arg)
 
-    pending: list[type[Spec]] = [*specs, RunSpec]
+    pending: list[type[Spec]] = [*specs, RunSpec, ResumeSpec]
     while pending:
         model = pending.pop(0)
         if model.__name__ not in found:

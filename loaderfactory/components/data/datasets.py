@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import re
 import time
 import zipfile
 from collections.abc import Callable, Mapping
@@ -88,7 +89,7 @@ format, an array dtype torch lacks). ``OSError`` is left alone: its message alre
 class TensorFolderDataset(Dataset[Item]):
     """A folder of tensor files, one item each, read lazily in sorted path order.
 
-    Each file is read by its extension: ``.pt``/``.pth`` with ``torch.load(weights_only=True)`` and
+    Each file is read by its extension: ``.pt``/``.pth`` with ``torch.load(weights_only=...)`` and
     must hold a dict; ``.npy`` is memory-mapped and copied into a writable tensor, the item
     ``{array_key: tensor}``; ``.npz`` gives a dict of its named arrays. Matched files of any other
     extension are refused at construction; a file that cannot be read is a ``ValueError`` naming it.
@@ -99,6 +100,10 @@ class TensorFolderDataset(Dataset[Item]):
         recursive: also search subfolders.
         preprocess: applied to each item after loading (e.g. a transform from the registry).
         array_key: the key a ``.npy`` file's array gets in its item.
+        weights_only: read ``.pt``/``.pth`` files with ``torch.load(weights_only=True)`` (tensors and
+            plain data only); ``False`` also reads numpy arrays and other pickled objects, but runs
+            code from the file: only for files you trust. A file that needs it, read with ``True``,
+            is a short ``ValueError`` naming the file and the object it holds.
     """
 
     def __init__(
@@ -108,6 +113,7 @@ class TensorFolderDataset(Dataset[Item]):
         recursive: bool = False,
         preprocess: Callable[[Item], Item] | None = None,
         array_key: str = "data",
+        weights_only: bool = True,
     ) -> None:
         self.root = Path(root)
         if not self.root.is_dir():
@@ -128,6 +134,7 @@ class TensorFolderDataset(Dataset[Item]):
             )
         self.preprocess = preprocess
         self.array_key = array_key
+        self.weights_only = weights_only
 
     def __len__(self) -> int:
         return len(self.files)
@@ -137,6 +144,11 @@ class TensorFolderDataset(Dataset[Item]):
         suffix = path.suffix.lower()
         try:
             item = self._read(path, suffix)
+        except pickle.UnpicklingError as err:
+            if self.weights_only and _WEIGHTS_ONLY_REFUSAL in str(err):
+                # from None: torch's own message is a page long and its advice is this one.
+                raise ValueError(_needs_pickle(path, str(err))) from None
+            raise ValueError(f"{path}: cannot read it as a {suffix} file: {err}") from err
         except _READ_ERRORS as err:
             raise ValueError(f"{path}: cannot read it as a {suffix} file: {err}") from err
         if not isinstance(item, dict):
@@ -156,7 +168,30 @@ class TensorFolderDataset(Dataset[Item]):
             # Our own handle: np.load leaves the file open when it is not a zip archive.
             with open(path, "rb") as handle, np.load(handle) as archive:
                 return {key: _tensor(archive[key]) for key in archive.files}
-        return torch.load(path, weights_only=True)
+        return torch.load(path, weights_only=self.weights_only)
+
+
+_WEIGHTS_ONLY_REFUSAL = "Weights only load failed"
+"""How torch's ``weights_only=True`` refusal starts, told apart from a corrupted file."""
+
+
+def _needs_pickle(path: Path, refusal: str) -> str:
+    """Short text for a file ``torch.load(weights_only=True)`` refuses: the object it holds (a numpy
+    array, say), or the unpickler's complaint (a corrupt file)."""
+    found = re.search(r"GLOBAL ([\w.]+)", refusal)
+    if found is None:
+        detail = re.search(r"WeightsUnpickler error:\s*(.+)", refusal)
+        why = detail.group(1).strip() if detail else "not a plain-data pickle"
+        return (
+            f"{path}: cannot read it as a .pt file: torch.load(weights_only=True) refused it ({why}); "
+            "the file is corrupt, or holds objects only dataset.weights_only=false reads (trusted files only)"
+        )
+    held = f"a {found.group(1)} object" + (" (numpy arrays)" if found.group(1).startswith("numpy") else "")
+    return (
+        f"{path}: holds {held}, which torch.load(weights_only=True) refuses to unpickle; if the files "
+        "are trusted, set dataset.weights_only=false (TensorFolderDataset(weights_only=False)): it runs "
+        "code from the files. Or save them with tensors (torch.from_numpy) or as .npy/.npz"
+    )
 
 
 def _tensor(array: np.ndarray[Any, Any]) -> torch.Tensor:

@@ -116,6 +116,11 @@ class Spec(BaseModel):
     """Fields that place this process among data-parallel ranks: a saved state is the same on every
     rank and at every world size, so they may differ on resume too."""
 
+    location_fields: ClassVar[frozenset[str]] = frozenset()
+    """Fields that say where the data lives (a folder, a URL), not what it is: on resume a state saved
+    with another value is loaded with a warning naming both, unless ``resume.strict`` (the dataset's
+    length and every field that shapes the order must still match)."""
+
     value_aliases: ClassVar[dict[str, str]] = {}
     """Seeds' names whose value a kind's own ``before`` validator translates, each to the field it
     sets (``thread_pool: true`` → ``worker_type: thread``); given with that field, refused like ``bs``
@@ -129,6 +134,20 @@ class Spec(BaseModel):
         nothing.
         """
         return []
+
+    def is_location(self, path: tuple[str, ...], saved: str, now: str) -> bool:
+        """Whether a difference at ``path`` (field names and list indices inside this spec) between the
+        strings ``saved`` and ``now`` only says where the data lives: a :attr:`location_fields` field,
+        or a location inside a nested spec (a list of specs too)."""
+        if not path:
+            return False
+        if path[0] in self.location_fields:
+            return True
+        inner = getattr(self, path[0], None) if path[0] in type(self).model_fields else None
+        rest = path[1:]
+        if isinstance(inner, list) and rest and rest[0].isdigit() and int(rest[0]) < len(inner):
+            inner, rest = inner[int(rest[0])], rest[1:]
+        return isinstance(inner, Spec) and inner.is_location(rest, saved, now)
 
     @model_validator(mode="before")
     @classmethod

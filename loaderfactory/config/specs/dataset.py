@@ -65,11 +65,17 @@ class TensorFolderSpec(Spec):
 
     Each file is read by its extension: ``.pt``/``.pth`` hold a dict item, ``.npy`` one array (the
     item ``{array_key: array}``, memory-mapped and copied), ``.npz`` named arrays (one key each).
+    ``root`` may change on resume (the files moved): the state is loaded with a warning naming both.
     """
+
+    location_fields = frozenset({"root"})
+    # weights_only changes how a .pt file is unpickled, never what it holds: a state saved under one
+    # value resumes under the other (and states saved before the field existed still load).
+    speed_only = frozenset({"weights_only"})
 
     kind: Literal["tensor_folder"] = "tensor_folder"
     root: str
-    """The folder holding the files."""
+    """The folder holding the files (may change on resume: the same files, moved)."""
     pattern: str = "*.pt"
     """Glob selecting the files, relative to root; every match needs a .pt, .pth, .npy or .npz extension."""
     recursive: bool = False
@@ -78,6 +84,9 @@ class TensorFolderSpec(Spec):
     """Transform applied to each item as it is loaded."""
     array_key: str = "data"
     """The key a .npy file's array gets in its item."""
+    weights_only: bool = True
+    """Read .pt/.pth files with torch.load(weights_only=True): tensors and plain data only. false also
+    reads numpy arrays and other pickled objects, but runs code from the file: only for trusted files."""
 
     @field_validator("pattern")
     @classmethod

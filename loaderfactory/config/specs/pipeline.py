@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
+from loaderfactory.config.specs.resume import ResumeSpec
 
 HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
 """Keys Hydra's ``instantiate`` reads on the root node; they are not part of the spec."""
@@ -56,6 +57,8 @@ class LoaderSpec(Spec):
     prefetch: PrefetchRef | None = None
     seed: Seed | None = None
     """Seeds every component that takes a seed and has none of its own."""
+    resume: ResumeSpec = Field(default_factory=ResumeSpec)
+    """How strictly a saved state's config must match (the data's location may differ by default)."""
     run: RunSpec = Field(default_factory=RunSpec)
 
     @model_validator(mode="after")

@@ -13,6 +13,7 @@ from typing import Any
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Spec, broken_rules
+from loaderfactory.config.specs.locations import is_location_argument
 
 HYDRA_TARGET_KEYS = ("_args_", "_partial_", "_convert_", "_recursive_")
 """Keys beside ``_target_`` that ``hydra.utils.instantiate`` reads instead of passing them on."""
@@ -44,6 +45,10 @@ class TargetSpec(Spec):
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self
+
+    def is_location(self, path: tuple[str, ...], saved: str, now: str) -> bool:
+        """Arguments are classified by name or value (see :mod:`loaderfactory.config.specs.locations`)."""
+        return is_location_argument(path, saved, now)
 
     @property
     def kwargs(self) -> dict[str, Any]:
