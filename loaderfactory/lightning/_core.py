@@ -107,6 +107,7 @@ class DataModuleCore:
         self._epochs: dict[Stage, Epochs] = {}
         self._pending: dict[str, Any] | None = None  # a loaded train state, for the loader not built yet
         self._last: dict[str, Any] | None = None  # the train loader's state when teardown closed it
+        self._resized = False  # whether batch_size was set after construction
         for stage in STAGES:
             if stage not in self.specs:
                 # Lightning uses a stage's loader when its hook is overridden: restore the base hook,
@@ -131,6 +132,7 @@ class DataModuleCore:
             )
         self.specs = resolve(self._stages, {**self._shared, "batch_size": value}, self._root)
         self._shared["batch_size"] = value
+        self._resized = True
         self.hparams["batch_size"] = value  # type: ignore[attr-defined]  # Lightning's mixin
         for stage in list(self._epochs):  # built with the old size: the next use builds them again
             self._epochs.pop(stage).loader.close()
@@ -173,12 +175,16 @@ class DataModuleCore:
         """The train loader's position (``Loader.state_dict()``), saved in every checkpoint."""
         epochs = self._epochs.get("train")
         state = self._train_state(epochs.loader) if epochs is not None else self._pending or self._last
-        return {} if state is None else {"train": state}
+        return {} if state is None else {"train": state, "batch_size": self.batch_size}
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Continue the train loader from a checkpoint; Lightning calls it for ``ckpt_path=``."""
+        """Continue the train loader from a checkpoint; Lightning calls it for ``ckpt_path=``.
+
+        A position saved before ``batch_size`` was set on this module (Lightning's tuner saves one
+        before its search and restores it after) is for other batches: the train loader starts over.
+        """
         state = state_dict.get("train")
-        if state is None:
+        if state is None or (self._resized and state_dict.get("batch_size") != self.batch_size):
             return
         epochs = self._epochs.get("train")
         if epochs is None:

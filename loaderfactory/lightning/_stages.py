@@ -8,6 +8,8 @@ false``) carries its own path; otherwise the module's ``config_path`` goes in fr
 from __future__ import annotations
 
 import os
+import sys
+from enum import Enum
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,7 +52,9 @@ def take_in_stages(
     stages: dict[Stage, StageConfig] = {}
     problems: list[ConfigProblem] = []
     roots = {stage: _node_path(config) for stage, config in configs.items() if config is not None}
-    module_root = config_path if config_path is not None else _common_parent(roots)
+    if config_path is None:
+        config_path = _common_parent(roots) or _hydra_target_key() or ""
+    module_root = config_path
     for stage, config in configs.items():
         if config is None:
             continue
@@ -163,7 +167,7 @@ def _plain(config: Any) -> dict[str, Any] | LoaderSpec:
     return plain
 
 
-_PLAIN = (str, int, float, bool, type(None), bytes, Path)
+_PLAIN = (str, int, float, bool, type(None), bytes, Path, os.PathLike, Enum)
 
 
 def _objects(value: Any, path: str) -> Any:
@@ -174,14 +178,8 @@ def _objects(value: Any, path: str) -> Any:
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
             yield from _objects(item, _join(path, str(index)))
-    elif not isinstance(value, _PLAIN + (os.PathLike,)) and not _is_enum(value):
+    elif not isinstance(value, _PLAIN):
         yield path, value
-
-
-def _is_enum(value: Any) -> bool:
-    from enum import Enum
-
-    return isinstance(value, Enum)
 
 
 def _node_path(config: Any) -> str:
@@ -196,6 +194,24 @@ def _common_parent(roots: Mapping[Stage, str]) -> str:
     """``data`` when the stage configs are nodes ``data.train``, ``data.val``; else ``""``."""
     parents = {root.rpartition(".")[0] for root in roots.values() if root}
     return parents.pop() if len(parents) == 1 else ""
+
+
+def _hydra_target_key() -> str | None:
+    """The key of the node Hydra's ``instantiate`` is building us from (``data``), when it is.
+
+    Hydra 1.3 detaches the argument nodes from their parent before it calls the target
+    (``_call_target`` in ``hydra/_internal/instantiate/_instantiate2.py``), so ``cfg.data.train``
+    arrives without its path; that function's frame still holds the key. This is the one place that
+    reads Hydra's internals; when they change, paths start at the stage (or at ``config_path``).
+    """
+    frame = sys._getframe(1)
+    while frame is not None:
+        code = frame.f_code
+        if code.co_name == "_call_target" and "hydra" in code.co_filename:
+            key = frame.f_locals.get("full_key")
+            return key if isinstance(key, str) else None
+        frame = frame.f_back  # type: ignore[assignment]  # the outermost frame's f_back is None
+    return None
 
 
 def _join(path: str, key: str) -> str:
