@@ -73,6 +73,8 @@ def resolve(
 ) -> dict[Stage, LoaderSpec]:
     """The spec of every stage with the shared arguments filled in; one ConfigError for all problems."""
     problems = _check_shared(shared, module_root)
+    broken = {problem.path.rpartition(".")[2] for problem in problems}
+    shared = {name: value for name, value in shared.items() if name not in broken}  # reported once, above
     specs: dict[Stage, LoaderSpec] = {}
     for stage, config in stages.items():
         try:
