@@ -4,6 +4,9 @@ the tuner, errors at construction named from the app's root, and ``overfit_batch
 from __future__ import annotations
 
 import importlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -209,3 +212,15 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(overfit: float, 
     first = model.epochs[0]
     assert len(first) == 2 and len({i for batch in first for i in batch}) == 8
     assert model.epochs == [first] * 3
+
+
+def test_each_class_loads_only_its_own_lightning_package() -> None:
+    """``loaderfactory.lightning`` loads no Lightning; each class loads its own package, not the other."""
+    code = (
+        "import json, sys, loaderfactory.lightning as lfl\n"
+        "top = lambda: sorted({m.split('.')[0] for m in sys.modules if 'lightning' in m and 'loaderfactory' not in m})\n"
+        "print(json.dumps(top())); lfl.PLLoaderDataModule; print(json.dumps(top()))\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    before, after = (json.loads(line) for line in result.stdout.splitlines()[:2])
+    assert before == [] and "pytorch_lightning" in after and "lightning" not in after
