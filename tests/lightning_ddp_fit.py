@@ -66,7 +66,9 @@ def main() -> None:
     name, out = sys.argv[1], Path(sys.argv[2])
     warnings.simplefilter("ignore")  # Lightning's advice on workers and the cluster's CPUs
     package = importlib.import_module("lightning.pytorch" if name == "lightning" else name)
-    module_class = getattr(loaderfactory.lightning, "LoaderDataModule" if name == "lightning" else "PLLoaderDataModule")
+    module_class = getattr(
+        loaderfactory.lightning, "LoaderDataModule" if name == "lightning" else "PLLoaderDataModule"
+    )
     package.seed_everything(42)
     folder = out / name
     _, whole = fit(package, module_class, folder, STEPS)

@@ -1,4 +1,4 @@
-"""The Lightning app in the lightning-hydra-template's shape (examples/lightning_hydra) runs as a user runs it."""
+"""The Lightning app in the template's shape (examples/lightning_hydra) runs as a user runs it."""
 
 from __future__ import annotations
 

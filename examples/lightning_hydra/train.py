@@ -32,7 +32,9 @@ def train(cfg: DictConfig) -> float:
     metrics = {name: float(value) for name, value in trainer.callback_metrics.items()}
     if cfg.test:
         trainer.test(model, datamodule=data, ckpt_path=None)
-    print(f"trained {len(model.seen)} steps of batch size {data.batch_size}; val/loss {metrics.get('val/loss')}")
+    print(
+        f"trained {len(model.seen)} steps of batch size {data.batch_size}; val/loss {metrics.get('val/loss')}"
+    )
     return metrics.get("val/loss", float("nan"))  # what an Optuna sweep would minimise
 
 

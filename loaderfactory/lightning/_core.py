@@ -16,7 +16,6 @@ from loaderfactory.factory import build_loader
 from loaderfactory.intake import at_root
 from loaderfactory.lightning._epochs import Epochs
 from loaderfactory.lightning._stages import (
-    SHARED,
     STAGES,
     Stage,
     own_settings,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import Enum
 from collections.abc import Mapping
 from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 from typing import Any, Literal
 
@@ -23,9 +23,6 @@ from loaderfactory.intake import at_root
 Stage = Literal["train", "val", "test", "predict"]
 
 STAGES: tuple[Stage, ...] = ("train", "val", "test", "predict")
-
-SHARED = ("batch_size", "num_workers", "pin_memory")
-"""Module arguments that apply to every stage's loader that does not set its own."""
 
 _FILL_SLOTS = ("queue", "loader")
 """Where a shared argument goes: the first of these slots that is set and has the field (a queue batches)."""
@@ -117,7 +114,8 @@ def _spec(config: StageConfig, shared: Mapping[str, Any]) -> LoaderSpec:
         return spec.model_copy(update={s: spec.slot(s).model_copy(update=f) for s, f in fills.items()})
     data = dict(config.given)
     for slot, values in fills.items():
-        data[slot] = {**(data.get(slot) or {}), **values}
+        written = data.get(slot) or {"kind": spec.slot(slot).kind}  # a slot left to its default: its kind
+        data[slot] = {**written, **values}
     return validate_plain(data, not config.has_dataset, config.root)
 
 
@@ -159,7 +157,10 @@ def _plain(config: Any) -> dict[str, Any] | LoaderSpec:
     objects = list(_objects(plain, ""))
     if objects:
         raise ConfigError(
-            [ConfigProblem(path, f"a {type(obj).__name__} object, not a config: {_RECURSIVE_HINT}") for path, obj in objects]
+            [
+                ConfigProblem(path, f"a {type(obj).__name__} object, not a config: {_RECURSIVE_HINT}")
+                for path, obj in objects
+            ]
         )
     if not isinstance(plain, dict):
         raise ConfigError(
