@@ -4,8 +4,8 @@
 
 ``PACKAGE`` is ``lightning`` or ``pytorch_lightning``. After ``seed_everything(42)`` and with no
 data seed in the config, it fits three times on ``Trainer(accelerator="cpu", devices=2,
-strategy="ddp")``: two epochs uninterrupted, the first ``STOP`` steps (rank 0 saves the checkpoint),
-and the rest resumed from that checkpoint. It writes the sample ids of each training step of each
+strategy="ddp")``: two epochs uninterrupted, with ``ModelCheckpoint(every_n_train_steps=STOP)``
+(rank 0 writes the checkpoint), then the rest resumed from that mid-epoch checkpoint. It writes the sample ids of each training step of each
 fit, for this rank, to ``OUT/PACKAGE-rankR.json``.
 """
 
@@ -32,7 +32,7 @@ CONFIG = {
 }
 
 
-def fit(package: Any, module_class: Any, folder: Path, max_steps: int, ckpt_path: Path | None = None) -> Any:
+def fit(package: Any, module_class: Any, folder: Path, ckpt_path: Path | None = None) -> Any:
     class Recorder(package.LightningModule):  # type: ignore[misc,name-defined]
         def __init__(self) -> None:
             super().__init__()
@@ -50,16 +50,18 @@ def fit(package: Any, module_class: Any, folder: Path, max_steps: int, ckpt_path
         accelerator="cpu",
         devices=2,
         strategy="ddp",
-        max_steps=max_steps,
+        max_steps=STEPS,
         logger=False,
-        enable_checkpointing=False,
+        callbacks=[
+            package.callbacks.ModelCheckpoint(folder / "saved", every_n_train_steps=STOP, save_top_k=-1)
+        ],
         enable_progress_bar=False,
         enable_model_summary=False,
         default_root_dir=folder,
     )
     model = Recorder()
     trainer.fit(model, datamodule=module_class(CONFIG), ckpt_path=ckpt_path)
-    return trainer, model
+    return model
 
 
 def main() -> None:
@@ -71,12 +73,11 @@ def main() -> None:
     )
     package.seed_everything(42)
     folder = out / name
-    _, whole = fit(package, module_class, folder, STEPS)
-    stopped_trainer, stopped = fit(package, module_class, folder, STOP)
-    stopped_trainer.save_checkpoint(folder / "stopped.ckpt")  # written by rank 0
-    trainer, resumed = fit(package, module_class, folder, STEPS, ckpt_path=folder / "stopped.ckpt")
-    record = {"whole": whole.seen, "stopped": stopped.seen, "resumed": resumed.seen}
-    (out / f"{name}-rank{trainer.global_rank}.json").write_text(json.dumps(record))
+    whole = fit(package, module_class, folder / "whole")
+    (checkpoint,) = (folder / "whole" / "saved").glob(f"*step={STOP}.ckpt")
+    resumed = fit(package, module_class, folder / "resumed", ckpt_path=checkpoint)
+    record = {"whole": whole.seen, "resumed": resumed.seen}
+    (out / f"{name}-rank{resumed.global_rank}.json").write_text(json.dumps(record))
 
 
 if __name__ == "__main__":
