@@ -3,10 +3,10 @@
     torchrun --standalone --nproc_per_node=2 tests/lightning_ddp_fit.py PACKAGE OUT
 
 ``PACKAGE`` is ``lightning`` or ``pytorch_lightning``. After ``seed_everything(42)`` and with no
-data seed in the config, it fits three times on ``Trainer(accelerator="cpu", devices=2,
-strategy="ddp")``: two epochs uninterrupted, with ``ModelCheckpoint(every_n_train_steps=STOP)``
-(rank 0 writes the checkpoint), then the rest resumed from that mid-epoch checkpoint. It writes the sample ids of each training step of each
-fit, for this rank, to ``OUT/PACKAGE-rankR.json``.
+data seed in the config, it fits twice on ``Trainer(accelerator="cpu", devices=2, strategy="ddp")``:
+two epochs uninterrupted, with ``ModelCheckpoint(every_n_train_steps=STOP)`` (rank 0 writes the
+checkpoint), then the rest resumed from that mid-epoch checkpoint. It writes the sample ids of each
+training step of each fit, for this rank, to ``OUT/PACKAGE-rankR.json``.
 """
 
 from __future__ import annotations
