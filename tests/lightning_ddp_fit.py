@@ -33,7 +33,7 @@ CONFIG = {
 
 
 def fit(package: Any, module_class: Any, folder: Path, ckpt_path: Path | None = None) -> Any:
-    class Recorder(package.LightningModule):  # type: ignore[misc,name-defined]
+    class Recorder(package.LightningModule):
         def __init__(self) -> None:
             super().__init__()
             self.layer = torch.nn.Linear(2, 1)

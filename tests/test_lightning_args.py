@@ -41,7 +41,7 @@ def _data(length: int, **loader: Any) -> dict[str, Any]:
 
 
 def _recorder(package: Any) -> Any:
-    class Recorder(package.LightningModule):  # type: ignore[misc,name-defined]
+    class Recorder(package.LightningModule):
         """Records the item indices of each training batch, by epoch."""
 
         def __init__(self) -> None:
@@ -169,13 +169,19 @@ def test_setting_batch_size_when_every_stage_sets_its_own_says_so() -> None:
         LoaderDataModule(_data(8), val=_data(8), batch_size=0, config_path="data")
 
 
-def test_every_stage_is_validated_at_construction_with_paths_from_the_python_arguments() -> None:
-    """A bad ``test`` config fails when the module is built, beside the train's, not after the fit."""
+def test_every_stage_is_validated_at_construction_with_paths_from_the_arguments_or_nodes() -> None:
+    """A bad ``test`` config fails when the module is built, beside the train's, not after the fit;
+    paths start at the argument, at ``config_path``, or at the app's root for a node of its config."""
     with pytest.raises(ConfigError) as caught:
         LoaderDataModule(
             _data(8, batch_size=0), test=_data(8, drop_last=3), predict={"loader": {"kind": "torch"}}
         )
     assert caught.value.paths == ["train.loader.batch_size", "test.loader.drop_last", "predict.dataset"]
+    with pytest.raises(ConfigError, match=r"^data\.val\.loader\.batch_size: must be ≥ 1"):
+        LoaderDataModule(val=_data(8, batch_size=0), config_path="data")
+    app = OmegaConf.create({"data": {"train": _data(8, batch_size=0)}})
+    with pytest.raises(ConfigError, match=r"^data\.train\.loader\.batch_size: must be ≥ 1"):
+        LoaderDataModule(app.data.train)  # a node taken from the app's config carries its path
 
 
 APP = """
