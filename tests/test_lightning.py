@@ -14,7 +14,7 @@ from torch.utils.data import Dataset
 
 import loaderfactory
 
-pl = pytest.importorskip("pytorch_lightning")
+pl = pytest.importorskip("lightning.pytorch")
 
 from loaderfactory.lightning import LoaderDataModule  # noqa: E402 - needs Lightning, checked just above
 
