@@ -43,6 +43,10 @@ class ConfigError(LoaderFactoryError, ValueError):
             return lines[0]
         return f"{len(lines)} problems in the config:\n" + "\n".join(f"  - {line}" for line in lines)
 
+    def __repr__(self) -> str:
+        """The problems one per line, as printed: Hydra's ``instantiate`` shows errors by ``repr``."""
+        return f"{type(self).__name__}: {self}"
+
     @property
     def paths(self) -> list[str]:
         """The dotted config paths of the problems, in report order."""

@@ -214,6 +214,14 @@ def test_hydra_instantiate_reports_every_stage_from_the_apps_root() -> None:
     ]
 
 
+def test_hydras_wrapped_error_lists_the_problems_one_per_line() -> None:
+    """Hydra shows the error by ``repr``: the problems stay readable, one per line, not escaped."""
+    with pytest.raises(InstantiationException) as caught:
+        hydra_utils.instantiate(OmegaConf.create(APP).data)
+    assert "\n  - data.train.loader.batch_size: must be ≥ 1, got 0\n" in str(caught.value)
+    assert "\\n" not in str(caught.value)
+
+
 def test_without_recursive_false_the_error_says_to_add_it() -> None:
     """Hydra building a nested ``_target_`` first gives an error that names ``_recursive_: false``."""
     cfg = OmegaConf.create(APP)
