@@ -50,3 +50,6 @@ class RingCollateSpec(Spec):
     """Keep only these keys of dict items; ``null`` keeps all."""
     pin_memory: bool = False
     """Allocate the buffers in pinned memory; a no-op without an accelerator or in worker processes."""
+
+    def reused_batches(self) -> int:
+        return self.ring_size

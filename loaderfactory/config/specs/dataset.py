@@ -55,6 +55,9 @@ class SyntheticDatasetSpec(Spec):
     delay_ms: Milliseconds = 0.0
     """Sleep per item, standing in for slow storage."""
 
+    def known_length(self) -> int:
+        return self.length
+
 
 TENSOR_FILE_SUFFIXES = frozenset({".pt", ".pth", ".npy", ".npz"})
 """What ``tensor_folder`` reads; mirrors ``SUFFIXES`` of the runtime dataset (specs never import torch)."""

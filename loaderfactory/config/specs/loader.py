@@ -18,8 +18,10 @@ from loaderfactory.config.specs.base import (
     refuse_unless,
 )
 from loaderfactory.config.specs.refs import CollateRef
-from loaderfactory.config.specs.sharded import Distributed
+from loaderfactory.config.specs.sharded import Distributed, DistributedSpec
 from loaderfactory.config.specs.target import CallableTargetSpec, SamplerTargetSpec
+from loaderfactory.rules import epochs as epoch_rules
+from loaderfactory.rules import ring
 from loaderfactory.rules import torch_loader as torch_rules
 
 
@@ -83,6 +85,33 @@ class TorchLoaderSpec(Spec):
     """`auto`: torch.distributed or torchrun's environment; `off`: every rank reads all; or explicit."""
     balance: Literal["pad", "drop", "uneven"] = "pad"
     """Equal parts per rank by wrapping around (`pad`) or cutting (`drop`); `uneven` needs Join."""
+
+    def collated_alive(self, held_after: int) -> tuple[int, str]:
+        if self.num_workers == 0:
+            return ring.alive_in_consumer_thread(held_after), "loader.num_workers=0: collated in your loop"
+        ahead = self.prefetch_factor or 2  # torch's default with workers
+        alive = ring.alive_per_worker_process(held_after, self.num_workers, ahead, self.in_order)
+        downstream = (
+            f"plus one per {self.num_workers} held after it"
+            if self.in_order
+            else "plus every batch held after it (loader.in_order=false)"
+        )
+        why = (
+            f"loader.num_workers={self.num_workers}: each worker process has its own ring and collates "
+            f"up to loader.prefetch_factor={ahead} batches ahead, {downstream}"
+        )
+        return alive, why
+
+    def empty_epoch_problems(
+        self, length: int, length_source: str, world_size: int | None = None
+    ) -> list[tuple[str, str, Any]]:
+        if self.sampler is not None or self.batch_sampler is not None:
+            return []  # the sampler decides how many
+        if world_size is None:
+            world_size = self.distributed.world_size if isinstance(self.distributed, DistributedSpec) else 1
+        return epoch_rules.torch_epoch_problems(
+            length, length_source, self.batch_size, self.drop_last, world_size, self.balance
+        )
 
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         problems: list[tuple[str, str, Any]] = []
