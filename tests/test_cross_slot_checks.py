@@ -287,3 +287,25 @@ def test_the_sharded_epoch_rule_refuses_exactly_when_some_rank_gets_no_first_ste
         length, "n", batch_size, num_shards, last_batch, world_size, balance
     )
     assert bool(problems) == (min(counts) == 0)
+
+
+# -- alias clashes -----------------------------------------------------------------------------------
+
+
+def test_an_alias_clash_hides_no_other_problem_of_its_slot(tmp_path: Path) -> None:
+    """A field given with its alias (in a YAML file) is reported beside the slot's typo and bad value."""
+    path = tmp_path / "loader.yaml"
+    path.write_text(
+        "dataset: {kind: synthetic}\n"
+        "loader: {kind: torch, batch_size: 4, bs: 4, shufle: true, num_workers: -1}\n"
+        "prefetch: {kind: thread, timeout: 1, buffer_timeout: 2, buffer_size: 0}\n"
+    )
+    with pytest.raises(ConfigError) as caught:
+        loaderfactory.build_loader(str(path))
+    found = {p.path: p.message for p in caught.value.problems}
+    assert found["loader.bs"] == "names the same field as 'batch_size'; give only one of them"
+    assert found["loader.shufle"].startswith("unknown field (got True). Did you mean 'shuffle'?")
+    assert found["loader.num_workers"] == "must be ≥ 0, got -1"
+    assert found["prefetch.buffer_timeout"] == "names the same field as 'timeout'; give only one of them"
+    assert found["prefetch.buffer_size"] == "must be ≥ 1, got 0"
+    assert len(found) == 5

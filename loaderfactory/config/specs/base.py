@@ -19,6 +19,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -156,25 +157,47 @@ class Spec(BaseModel):
         """
         return []
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _one_name_per_field(cls, data: Any) -> Any:
-        """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess."""
+    def _one_name_per_field(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess.
+
+        The slot's other problems are still reported: it is validated without the second name.
+        """
         if not isinstance(data, dict):
-            return data
+            return handler(data)
         twice = [(name, field) for name, field in cls.value_aliases.items() if name in data and field in data]
         for field in cls.model_fields.values():
             choices = field.validation_alias
             if isinstance(choices, AliasChoices):
                 given = [c for c in choices.choices if isinstance(c, str) and c in data]
                 twice += [(other, given[0]) for other in given[1:]]
+        if not twice:
+            return handler(data)
         problems = [
             (name, f"names the same field as {first!r}; give only one of them", data[name])
             for name, first in twice
         ]
-        if problems:
-            raise broken_rules(cls.__name__, problems)
-        return data
+        clash = broken_rules(cls.__name__, problems)
+        details: list[InitErrorDetails] = _details(clash)
+        try:
+            handler({k: v for k, v in data.items() if k not in {name for name, _ in twice}})
+        except ValidationError as err:
+            details += _details(err)
+        raise ValidationError.from_exception_data(cls.__name__, details)
+
+
+def _details(error: ValidationError) -> list[InitErrorDetails]:
+    """``error``'s problems as details a new ``ValidationError`` can carry, types and context kept."""
+    return [
+        {
+            # The message is final; the context goes along for those who read it (bounds, say).
+            "type": PydanticCustomError(e["type"], e["msg"], e.get("ctx")),
+            "loc": e["loc"],
+            "input": e.get("input"),
+        }
+        for e in error.errors()
+    ]
 
 
 class WorkersSpec(Spec):
