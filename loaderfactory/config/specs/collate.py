@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from loaderfactory.config.specs.base import Spec, alias
 
@@ -33,6 +33,27 @@ class DictCollateSpec(Spec):
     """Turn Python numbers (not bools) into tensors first."""
     on_unstackable: Literal["warn", "error", "list"] = "warn"
     """Tensors of different shapes under one key: a list plus a warning, an error, or a list."""
+
+
+class TupleCollateSpec(Spec):
+    """Collate dict items into a tuple batch in ``keys`` order, so ``x, y = batch`` works.
+
+    ``{kind: tuple, keys: [image, label]}`` gives ``(images, labels)``, each made by torch's
+    ``default_collate``; other keys are left out.
+    """
+
+    kind: Literal["tuple"] = "tuple"
+    keys: list[str] = Field(min_length=1)
+    """The item keys, in the order of the tuple."""
+
+    @field_validator("keys")
+    @classmethod
+    def _no_repeats(cls, keys: list[str]) -> list[str]:
+        """Each key once: a key twice is a typo for another."""
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ValueError(f"must not repeat a key, got {repeated} more than once")
+        return keys
 
 
 class RingCollateSpec(Spec):
