@@ -76,7 +76,7 @@ class TorchLoaderSpec(Spec):
     worker_init_fn: CallableTargetSpec | None = None
     """{_target_: my.fn, _partial_: true}, called in each worker with its id; needs workers."""
     in_order: bool = True
-    """Batches in sampler order; false yields whichever worker is done first (faster; resume inexact)."""
+    """Batches in sampler order; false (needs workers) yields whichever worker is done first (resume inexact)."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """Start method of the workers; needs workers."""
     seed: Seed | None = None
@@ -159,8 +159,8 @@ class TorchLoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:
-        """prefetch_factor, persistent_workers, timeout, multiprocessing_context and worker_init_fn
-        need num_workers >= 1; pin_memory_device needs pin_memory."""
+        """prefetch_factor, persistent_workers, timeout, multiprocessing_context, worker_init_fn and
+        in_order: false need num_workers >= 1; pin_memory_device needs pin_memory."""
         title = type(self).__name__
         options = (
             "prefetch_factor",
@@ -169,10 +169,12 @@ class TorchLoaderSpec(Spec):
             "multiprocessing_context",
             "worker_init_fn",
         )
+        given = {name: getattr(self, name) for name in options}
+        given["in_order"] = None if self.in_order else "false"  # the order of workers' batches
         refuse_unless(
             self.num_workers > 0,
             title,
-            {name: getattr(self, name) for name in options},
+            given,
             "needs worker processes, but num_workers is 0; set num_workers >= 1",
         )
         refuse_unless(
