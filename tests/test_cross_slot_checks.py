@@ -309,3 +309,15 @@ def test_an_alias_clash_hides_no_other_problem_of_its_slot(tmp_path: Path) -> No
     assert found["prefetch.buffer_timeout"] == "names the same field as 'timeout'; give only one of them"
     assert found["prefetch.buffer_size"] == "must be ≥ 1, got 0"
     assert len(found) == 5
+
+
+# -- rules the README states ---------------------------------------------------------------------------
+
+
+def test_in_order_false_needs_workers() -> None:
+    """`in_order` is one of the worker options the README says need `num_workers >= 1`."""
+    config = {"dataset": {"kind": "synthetic"}, "loader": {"kind": "torch", "in_order": False}}
+    message = problems_of(config)["loader.in_order"]
+    assert message == "needs worker processes, but num_workers is 0; set num_workers >= 1 or drop in_order"
+    config["loader"]["num_workers"] = 2
+    validate_plain(config)

@@ -76,7 +76,7 @@ class TorchLoaderSpec(Spec):
     worker_init_fn: CallableTargetSpec | None = None
     """{_target_: my.fn, _partial_: true}, called in each worker with its id; needs workers."""
     in_order: bool = True
-    """Batches in sampler order; false (needs workers) yields whichever worker is done first (resume inexact)."""
+    """Batches in sampler order; false (needs workers) yields whichever worker is done first."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """Start method of the workers; needs workers."""
     seed: Seed | None = None
