@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -56,8 +57,12 @@ def test_a_missing_key_names_it_and_the_keys_the_item_has() -> None:
     ):
         TupleCollate(["image", "label"])(items)
     missing = r"\['index'\] are not in the item; it has \['image', 'label'\]"
+    dataset = SyntheticDataset(4, {"image": {"shape": [2]}, "label": {"dtype": "int64"}}, index=False)
+    config = {
+        "loader": {"kind": "torch", "batch_size": 2, "collate": {"kind": "tuple", "keys": ["image", "index"]}}
+    }
     with (
-        loaderfactory.build_loader(pipeline(["image", "index"], index=False)) as loader,
+        loaderfactory.build_loader(config, dataset=dataset) as loader,
         pytest.raises(KeyError, match=missing),
     ):
         next(iter(loader))
@@ -105,3 +110,16 @@ def test_a_field_called_index_needs_index_false() -> None:
     validate_plain(config)
     with pytest.raises(ValueError, match="fields has a key 'index'"):
         SyntheticDataset(3, {"index": {"dtype": "int64"}})
+
+
+def test_collate_keys_the_synthetic_items_lack_are_refused_before_building() -> None:
+    """A tuple's (or dict's) key the dataset's items do not have is refused at validation, with a guess."""
+    message = "loader.collate.keys: ['lable'] are not keys of the items; dataset.fields (with dataset.index) "
+    with pytest.raises(
+        ConfigError, match=re.escape(message) + r"gives \['image', 'label', 'index'\]. Did you mean 'label'"
+    ):
+        validate_plain(pipeline(["image", "lable"]))
+    config = pipeline(["image", "index"], index=False)
+    config["loader"]["collate"]["kind"] = "dict"
+    with pytest.raises(ConfigError, match=r"\['index'\] are not keys of the items"):
+        validate_plain(config)

@@ -137,6 +137,14 @@ class Spec(BaseModel):
         """For ``collate`` kinds that reuse buffers: batches that stay valid together; ``None``: all."""
         return None
 
+    def known_keys(self) -> list[str] | None:
+        """For ``dataset`` kinds: the keys of every item when the spec says (``None``: not known)."""
+        return None
+
+    def wanted_keys(self) -> list[str]:
+        """For ``collate`` kinds: the item keys it needs (a key filter, a tuple's keys)."""
+        return []
+
     def known_length(self) -> int | None:
         """For ``dataset`` kinds: items per epoch when the spec says (``None``: known once built)."""
         return None

@@ -34,6 +34,9 @@ class DictCollateSpec(Spec):
     on_unstackable: Literal["warn", "error", "list"] = "warn"
     """Tensors of different shapes under one key: a list plus a warning, an error, or a list."""
 
+    def wanted_keys(self) -> list[str]:
+        return list(self.keys or [])
+
 
 class TupleCollateSpec(Spec):
     """Collate dict items into a tuple batch in ``keys`` order, so ``x, y = batch`` works.
@@ -45,6 +48,9 @@ class TupleCollateSpec(Spec):
     kind: Literal["tuple"] = "tuple"
     keys: list[str] = Field(min_length=1)
     """The item keys, in the order of the tuple."""
+
+    def wanted_keys(self) -> list[str]:
+        return list(self.keys)
 
     @field_validator("keys")
     @classmethod
@@ -74,3 +80,6 @@ class RingCollateSpec(Spec):
 
     def reused_batches(self) -> int:
         return self.ring_size
+
+    def wanted_keys(self) -> list[str]:
+        return list(self.keys or [])

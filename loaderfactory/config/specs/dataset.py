@@ -70,6 +70,9 @@ class SyntheticDatasetSpec(Spec):
     def known_length(self) -> int:
         return self.length
 
+    def known_keys(self) -> list[str]:
+        return [*self.fields, *(["index"] if self.index else [])]
+
 
 TENSOR_FILE_SUFFIXES = frozenset({".pt", ".pth", ".npy", ".npz"})
 """What ``tensor_folder`` reads; mirrors ``SUFFIXES`` of the runtime dataset (specs never import torch)."""

@@ -9,7 +9,7 @@ from pydantic import Field, field_validator, model_validator
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
-from loaderfactory.rules import ring
+from loaderfactory.rules import missing_keys_problems, ring
 
 HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
 """Keys Hydra's ``instantiate`` reads on the root node; they are not part of the spec."""
@@ -63,7 +63,9 @@ class LoaderSpec(Spec):
     def _slots_fit_together(self) -> LoaderSpec:
         """Rules across slots, all reported at once: after a queue the loader passes its batches on;
         a ring collate holds every batch alive at once; an epoch gives every rank a batch."""
-        problems = self._queue_problems() + self._ring_problems() + self._epoch_problems()
+        problems = (
+            self._queue_problems() + self._ring_problems() + self._epoch_problems() + self._key_problems()
+        )
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self
@@ -100,6 +102,17 @@ class LoaderSpec(Spec):
             reasons = [alive[1], *where, "1 in your loop"]
             problems += ring.ring_problems(f"{slot}.collate.ring_size", ring_size, alive[0], reasons)
         return problems
+
+    def _key_problems(self) -> list[tuple[str, str, Any]]:
+        """The loader's collate asks only for keys the dataset's items have, where the spec says
+        which (a queue's transforms may add keys, so only without one)."""
+        keys = self.dataset.known_keys() if isinstance(self.dataset, Spec) else None
+        collate = getattr(self.loader, "collate", None)
+        if keys is None or self.queue is not None or not isinstance(collate, Spec):
+            return []
+        return missing_keys_problems(
+            "loader.collate.keys", collate.wanted_keys(), keys, "dataset.fields (with dataset.index)"
+        )
 
     def _epoch_problems(self) -> list[tuple[str, str, Any]]:
         """An epoch of the dataset's known length gives every rank at least one batch (a queue draws
