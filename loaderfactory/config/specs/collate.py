@@ -67,7 +67,8 @@ class RingCollateSpec(Spec):
 
     Several times faster on large items, but a batch stays valid only until ``ring_size`` more
     batches are collated: for consumers that copy or consume each batch before drawing more
-    (moving it to the GPU); ``ring_size`` must also cover the batches read ahead after the collate.
+    (moving it to the GPU); ``ring_size`` must also cover the batches read ahead after the collate,
+    which validation checks against the pipeline (:mod:`loaderfactory.rules.ring`).
     """
 
     kind: Literal["ring"] = "ring"
