@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -12,9 +14,11 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from torch.utils.data import DataLoader
 
 import loaderfactory
-from loaderfactory import ConfigError
+from loaderfactory import ConfigError, ThreadBuffer
+from loaderfactory.components.data.ring_collate import RingCollate
 from loaderfactory.components.order import batches, rank_part
 from loaderfactory.components.sharded.sampling import ShardPlanner
 from loaderfactory.config.validation import validate_plain
@@ -54,11 +58,19 @@ def test_the_corrupting_ring_is_refused_before_anything_starts() -> None:
         loaderfactory.build_loader(ring_config(4, 4))
 
 
-def test_a_ring_at_exactly_the_bound_keeps_100_batches_intact() -> None:
-    """At ring_size = buffer_size + 2 every one of 100 batches stays equal to its copy while in the
-    loop, holds the items its ids name, and every id comes exactly once."""
+@pytest.mark.parametrize(("workers", "ring_size"), [(0, 6), (2, 5)])
+def test_a_ring_at_exactly_the_bound_keeps_100_batches_intact(workers: int, ring_size: int) -> None:
+    """At the bound (buffer_size + 2 in the loop's thread; 1 + prefetch_factor + 5 // 2 per worker
+    process) every one of 100 batches stays equal to its copy while in the loop, holds the items
+    its ids name, and every id comes exactly once."""
     seen: list[int] = []
-    with loaderfactory.build_loader(ring_config(6, 4)) as loader:
+    config = ring_config(ring_size, 4)
+    config["loader"]["num_workers"] = workers
+    validate_plain(config)
+    config["loader"]["collate"]["ring_size"] = ring_size - 1
+    assert f"must be >= {ring_size}:" in problems_of(config)["loader.collate.ring_size"]
+    config["loader"]["collate"]["ring_size"] = ring_size
+    with loaderfactory.build_loader(config) as loader:
         dataset = loader["dataset"]
         held: tuple[dict[str, Any], dict[str, Any]] | None = None
         for batch in loader:
@@ -73,6 +85,30 @@ def test_a_ring_at_exactly_the_bound_keeps_100_batches_intact() -> None:
             held = batch, {k: v.clone() for k, v in batch.items()}
     assert len(seen) == 100 * 4
     assert sorted(seen) == list(range(400))
+
+
+@pytest.mark.parametrize("ring_size", [5, 6])
+def test_the_bound_is_exact_one_buffer_less_overwrites_the_batch_in_your_loop(ring_size: int) -> None:
+    """Behind a buffer of 4, once the thread has collated all it can while your loop holds batch 0,
+    a ring of 5 has overwritten batch 0 and a ring of 6 (the bound) has not."""
+    buffer_size = 4
+    data = [{"x": torch.full((3,), float(i))} for i in range(40)]
+    collated = [threading.Event() for _ in range(20)]
+
+    def batches() -> Iterator[Any]:
+        loader = DataLoader(data, batch_size=2, collate_fn=RingCollate(ring_size))  # type: ignore[arg-type]
+        for number, batch in enumerate(loader):
+            collated[number].set()
+            yield batch
+
+    with ThreadBuffer(batches(), buffer_size=buffer_size) as buffer:
+        stream = iter(buffer)
+        first = next(stream)
+        copy = first["x"].clone()
+        # The thread queues batches 1-4 and collates batch 5, which then waits for room.
+        assert collated[buffer_size + 1].wait(timeout=30)
+        assert torch.equal(first["x"], copy) == (ring_size >= buffer_size + 2)
+        stream.close()  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize(
