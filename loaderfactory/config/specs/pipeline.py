@@ -62,7 +62,8 @@ class LoaderSpec(Spec):
     @model_validator(mode="after")
     def _slots_fit_together(self) -> LoaderSpec:
         """Rules across slots, all reported at once: after a queue the loader passes its batches on;
-        a ring collate holds every batch alive at once; an epoch gives every rank a batch."""
+        a ring collate holds every batch alive at once; an epoch gives every rank a batch; the collate
+        asks for keys the items have."""
         problems = (
             self._queue_problems() + self._ring_problems() + self._epoch_problems() + self._key_problems()
         )
