@@ -51,6 +51,7 @@ def _build_pipeline(spec: Any, dataset: Any) -> Loader:
                 context.dataset = component
             if slot == "queue":
                 context.batched = True
+        _refuse_empty_epochs(spec, components)
     except BaseException:
         if components:  # release what the slots before the failing one started
             Loader(components, spec).close()
@@ -74,3 +75,18 @@ def _prefixed(slot: str, problem: ConfigProblem) -> ConfigProblem:
     if problem.path.split(".", 1)[0] in registry.SLOTS:
         return problem
     return ConfigProblem(f"{slot}.{problem.path}" if problem.path else slot, problem.message)
+
+
+def _refuse_empty_epochs(spec: Any, components: dict[str, Any]) -> None:
+    """The spec's epoch rule again, with what only building tells: the length of a ``_target_`` or
+    folder dataset, the world size of ``distributed: auto``. Before the first batch, same message."""
+    if spec.queue is not None or "loader" not in components:
+        return
+    try:
+        length = len(components["dataset"])
+    except (KeyError, TypeError):  # no dataset slot (a loader kind of its own), or an unsized stream
+        return
+    world_size = getattr(components["loader"], "world_size", None)
+    problems = spec.loader.empty_epoch_problems(length, "len(dataset)", world_size)
+    if problems:
+        raise ConfigError([ConfigProblem(path, message) for path, message, _ in problems])

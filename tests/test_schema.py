@@ -392,6 +392,7 @@ def minimal(table: str, kind: str, folder: Path) -> dict[str, Any]:
         "compose": {"transforms": [{"kind": "rand_flip"}]},
         "random_crop": {"size": [4]},
         "to_dtype": {"dtype": "float32"},
+        "tuple": {"keys": ["image", "label"]},
         "_target_": {"_target_": "collections.OrderedDict"},
     }
     return ({} if kind == "_target_" else {"kind": kind}) | required.get(kind, {})

@@ -9,7 +9,13 @@ from torch.utils.data import default_collate
 
 from loaderfactory.components.data.collate import DictCollate
 from loaderfactory.components.data.ring_collate import RingCollate
-from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec, RingCollateSpec
+from loaderfactory.components.data.tuple_collate import TupleCollate
+from loaderfactory.config.specs.collate import (
+    DefaultCollateSpec,
+    DictCollateSpec,
+    RingCollateSpec,
+    TupleCollateSpec,
+)
 
 
 def build_default_collate(spec: DefaultCollateSpec) -> Callable[[list[Any]], Any]:
@@ -24,3 +30,7 @@ def build_dict_collate(spec: DictCollateSpec) -> DictCollate:
 
 def build_ring_collate(spec: RingCollateSpec) -> RingCollate:
     return RingCollate(spec.ring_size, spec.keys, spec.pin_memory)
+
+
+def build_tuple_collate(spec: TupleCollateSpec) -> TupleCollate:
+    return TupleCollate(spec.keys)

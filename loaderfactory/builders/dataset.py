@@ -23,7 +23,7 @@ from loaderfactory.errors import ConfigError, ConfigProblem
 
 def build_synthetic(spec: SyntheticDatasetSpec, upstream: None, context: BuildContext) -> SyntheticDataset:
     fields = {key: field.model_dump() for key, field in spec.fields.items()}
-    return SyntheticDataset(spec.length, fields, spec.seed, spec.delay_ms)
+    return SyntheticDataset(spec.length, fields, spec.seed, spec.delay_ms, index=spec.index)
 
 
 def build_tensor_folder(spec: TensorFolderSpec, upstream: None, context: BuildContext) -> TensorFolderDataset:

@@ -9,7 +9,12 @@ contract tests' small pipeline (``tests/test_contracts.py``, ``tests/test_datase
 from __future__ import annotations
 
 from loaderfactory.config.registry import CONTRACT_LENGTH, Contract, lazy, register
-from loaderfactory.config.specs.collate import DefaultCollateSpec, DictCollateSpec, RingCollateSpec
+from loaderfactory.config.specs.collate import (
+    DefaultCollateSpec,
+    DictCollateSpec,
+    RingCollateSpec,
+    TupleCollateSpec,
+)
 from loaderfactory.config.specs.dataset import SyntheticDatasetSpec, TargetDatasetSpec, TensorFolderSpec
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.prefetch import ThreadBufferSpec
@@ -76,3 +81,4 @@ register("transform", "to_dtype", ToDtypeSpec, builder("transforms", "build_to_d
 register("collate", "default", DefaultCollateSpec, builder("collate", "build_default_collate"))
 register("collate", "dict", DictCollateSpec, builder("collate", "build_dict_collate"))
 register("collate", "ring", RingCollateSpec, builder("collate", "build_ring_collate"))
+register("collate", "tuple", TupleCollateSpec, builder("collate", "build_tuple_collate"))

@@ -220,7 +220,7 @@ def _rules(model: type[Spec]) -> str:
         ", ".join(f"`{fields.get(f, f)}`" for f in d.info.fields) + f": {_summary(d.func)}"
         for d in decorators.field_validators.values()
     ]
-    rules += [_summary(d.func) for d in decorators.model_validators.values() if d.info.mode != "before"]
+    rules += [_summary(d.func) for d in decorators.model_validators.values() if d.info.mode == "after"]
     return "; ".join(rules)
 
 

@@ -7,6 +7,7 @@ constructor raises the first as :class:`~loaderfactory.errors.ArgumentError` (:f
 
 from __future__ import annotations
 
+import difflib
 from typing import Any
 
 from loaderfactory.errors import ArgumentError
@@ -20,3 +21,16 @@ def raise_first(problems: list[Problem]) -> None:
     if problems:
         field, message, _ = problems[0]
         raise ArgumentError(field, f"{field}: {message}")
+
+
+def missing_keys_problems(path: str, wanted: list[str], known: list[str], source: str) -> list[Problem]:
+    """Each key of ``wanted`` (at config ``path``) that the items, whose keys ``source`` gives, lack."""
+    missing = [key for key in wanted if key not in known]
+    if not missing:
+        return []
+    hints = [difflib.get_close_matches(key, known, n=1) for key in missing]
+    guess = "".join(
+        f" Did you mean {hint[0]!r} for {key!r}?" for key, hint in zip(missing, hints, strict=True) if hint
+    )
+    message = f"{missing} are not keys of the items; {source} gives {known}.{guess}"
+    return [(path, message, missing)]

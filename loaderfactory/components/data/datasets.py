@@ -34,6 +34,8 @@ class SyntheticDataset(Dataset[Item]):
         fields: key → ``{"shape": [...], "dtype": "float32", "high": 10}``.
         seed: base seed.
         delay_ms: sleep per item (releases the GIL), standing in for slow storage.
+        index: add the item's index under ``"index"`` (what tests count ids by); ``False`` gives
+            only ``fields``, as a model's data would (``TupleCollate``, ``default_collate``).
     """
 
     def __init__(
@@ -42,6 +44,7 @@ class SyntheticDataset(Dataset[Item]):
         fields: Mapping[str, Mapping[str, Any]] | None = None,
         seed: int = 0,
         delay_ms: float = 0.0,
+        index: bool = True,
     ) -> None:
         if length < 1:
             raise ValueError(f"length must be >= 1, got {length}")
@@ -49,6 +52,9 @@ class SyntheticDataset(Dataset[Item]):
         self.fields = {k: dict(v) for k, v in (fields or _DEFAULT_FIELDS).items()}
         self.seed = seed
         self.delay_ms = delay_ms
+        self.index = index
+        if index and "index" in self.fields:
+            raise ValueError("fields has a key 'index', which the item's own index would replace; rename it")
         self._dtypes = {k: getattr(torch, str(v.get("dtype", "float32"))) for k, v in self.fields.items()}
 
     def __len__(self) -> int:
@@ -73,7 +79,8 @@ class SyntheticDataset(Dataset[Item]):
                 item[key] = torch.randint(
                     0, int(field.get("high", 10)), shape, generator=generator, dtype=dtype
                 )
-        item["index"] = index
+        if self.index:
+            item["index"] = index
         return item
 
 

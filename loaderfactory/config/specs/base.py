@@ -19,6 +19,7 @@ from pydantic import (
     ByteSize,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
     ValidationError,
     WithJsonSchema,
     model_validator,
@@ -126,6 +127,40 @@ class Spec(BaseModel):
     sets (``thread_pool: true`` → ``worker_type: thread``); given with that field, refused like ``bs``
     with ``batch_size``."""
 
+    def read_ahead(self) -> tuple[int, str]:
+        """For ``stream`` and ``prefetch`` kinds: batches this stage holds besides its consumer's, and
+        where, naming its fields (``"buffer_size=4: 4 queued + 1 ..."``). The default holds none."""
+        return 0, ""
+
+    def collated_alive(self, held_after: int) -> tuple[int, str] | None:
+        """For kinds with a ``collate`` (``queue``, ``loader``): how many batches its collate made may
+        be alive at once when the stages after it hold ``held_after``, and why, naming the fields
+        (:mod:`loaderfactory.rules.ring`); ``None``: not known, nothing is checked."""
+        return None
+
+    def reused_batches(self) -> int | None:
+        """For ``collate`` kinds that reuse buffers: batches that stay valid together; ``None``: all."""
+        return None
+
+    def known_keys(self) -> list[str] | None:
+        """For ``dataset`` kinds: the keys of every item when the spec says (``None``: not known)."""
+        return None
+
+    def wanted_keys(self) -> list[str]:
+        """For ``collate`` kinds: the item keys it needs (a key filter, a tuple's keys)."""
+        return []
+
+    def known_length(self) -> int | None:
+        """For ``dataset`` kinds: items per epoch when the spec says (``None``: known once built)."""
+        return None
+
+    def empty_epoch_problems(
+        self, length: int, length_source: str, world_size: int | None = None
+    ) -> list[tuple[str, str, Any]]:
+        """For ``loader`` kinds: ``(path, message, value)`` when an epoch of ``length`` items gives some
+        rank no batch; ``world_size`` ``None``: what ``distributed`` says (1 unless explicit)."""
+        return []
+
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense
         when the slot before (a queue) already yields whole batches of ``batch_size`` items.
@@ -149,25 +184,47 @@ class Spec(BaseModel):
             inner, rest = inner[int(rest[0])], rest[1:]
         return isinstance(inner, Spec) and inner.is_location(rest, saved, now)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _one_name_per_field(cls, data: Any) -> Any:
-        """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess."""
+    def _one_name_per_field(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:
+        """Refuse ``batch_size`` and its alias ``bs`` given together: which one wins is a guess.
+
+        The slot's other problems are still reported: it is validated without the second name.
+        """
         if not isinstance(data, dict):
-            return data
+            return handler(data)
         twice = [(name, field) for name, field in cls.value_aliases.items() if name in data and field in data]
         for field in cls.model_fields.values():
             choices = field.validation_alias
             if isinstance(choices, AliasChoices):
                 given = [c for c in choices.choices if isinstance(c, str) and c in data]
                 twice += [(other, given[0]) for other in given[1:]]
+        if not twice:
+            return handler(data)
         problems = [
             (name, f"names the same field as {first!r}; give only one of them", data[name])
             for name, first in twice
         ]
-        if problems:
-            raise broken_rules(cls.__name__, problems)
-        return data
+        clash = broken_rules(cls.__name__, problems)
+        details: list[InitErrorDetails] = _details(clash)
+        try:
+            handler({k: v for k, v in data.items() if k not in {name for name, _ in twice}})
+        except ValidationError as err:
+            details += _details(err)
+        raise ValidationError.from_exception_data(cls.__name__, details)
+
+
+def _details(error: ValidationError) -> list[InitErrorDetails]:
+    """``error``'s problems as details a new ``ValidationError`` can carry, types and context kept."""
+    return [
+        {
+            # The message is final; the context goes along for those who read it (bounds, say).
+            "type": PydanticCustomError(e["type"], e["msg"], e.get("ctx")),
+            "loc": e["loc"],
+            "input": e.get("input"),
+        }
+        for e in error.errors()
+    ]
 
 
 class WorkersSpec(Spec):

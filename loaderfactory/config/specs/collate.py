@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from loaderfactory.config.specs.base import Spec, alias
 
@@ -34,13 +34,41 @@ class DictCollateSpec(Spec):
     on_unstackable: Literal["warn", "error", "list"] = "warn"
     """Tensors of different shapes under one key: a list plus a warning, an error, or a list."""
 
+    def wanted_keys(self) -> list[str]:
+        return list(self.keys or [])
+
+
+class TupleCollateSpec(Spec):
+    """Collate dict items into a tuple batch in ``keys`` order, so ``x, y = batch`` works.
+
+    ``{kind: tuple, keys: [image, label]}`` gives ``(images, labels)``, each made by torch's
+    ``default_collate``; other keys are left out.
+    """
+
+    kind: Literal["tuple"] = "tuple"
+    keys: list[str] = Field(min_length=1)
+    """The item keys, in the order of the tuple."""
+
+    def wanted_keys(self) -> list[str]:
+        return list(self.keys)
+
+    @field_validator("keys")
+    @classmethod
+    def _no_repeats(cls, keys: list[str]) -> list[str]:
+        """Each key once: a key twice is a typo for another."""
+        repeated = sorted({key for key in keys if keys.count(key) > 1})
+        if repeated:
+            raise ValueError(f"must not repeat a key, got {repeated} more than once")
+        return keys
+
 
 class RingCollateSpec(Spec):
     """Collate like ``dict``, stacking tensors into a ring of reused buffers instead of new ones.
 
     Several times faster on large items, but a batch stays valid only until ``ring_size`` more
     batches are collated: for consumers that copy or consume each batch before drawing more
-    (moving it to the GPU); ``ring_size`` must also cover the batches read ahead after the collate.
+    (moving it to the GPU); ``ring_size`` must also cover the batches read ahead after the collate,
+    which validation checks against the pipeline (:mod:`loaderfactory.rules.ring`).
     """
 
     kind: Literal["ring"] = "ring"
@@ -50,3 +78,9 @@ class RingCollateSpec(Spec):
     """Keep only these keys of dict items; ``null`` keeps all."""
     pin_memory: bool = False
     """Allocate the buffers in pinned memory; a no-op without an accelerator or in worker processes."""
+
+    def reused_batches(self) -> int:
+        return self.ring_size
+
+    def wanted_keys(self) -> list[str]:
+        return list(self.keys or [])

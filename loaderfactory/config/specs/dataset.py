@@ -5,9 +5,9 @@ from __future__ import annotations
 from pathlib import PurePosixPath
 from typing import Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
-from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec
+from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.config.specs.refs import TransformRef
 from loaderfactory.config.specs.target import TargetSpec
 
@@ -49,11 +49,29 @@ class SyntheticDatasetSpec(Spec):
     length: Count = 1024
     """Number of items."""
     fields: dict[str, FieldSpec] = Field(default_factory=_default_fields, min_length=1)
-    """Key → {shape, dtype, high}; every item also carries its `index`."""
+    """Key → {shape, dtype, high}; every item also carries its `index` unless `index` is false."""
     seed: Seed = 0
     """Items are a pure function of (seed, index)."""
     delay_ms: Milliseconds = 0.0
     """Sleep per item, standing in for slow storage."""
+    index: bool = True
+    """Add the item's index under the key `index` (to count ids); false: only `fields`."""
+
+    @model_validator(mode="after")
+    def _index_key_is_free(self) -> SyntheticDatasetSpec:
+        """With ``index: true`` no field may be called ``index``: the item's index would replace it."""
+        if self.index and "index" in self.fields:
+            message = (
+                "is also the key of the item's index (index: true); rename the field or set index: false"
+            )
+            raise broken_rules(type(self).__name__, [("fields.index", message, "index")])
+        return self
+
+    def known_length(self) -> int:
+        return self.length
+
+    def known_keys(self) -> list[str]:
+        return [*self.fields, *(["index"] if self.index else [])]
 
 
 TENSOR_FILE_SUFFIXES = frozenset({".pt", ".pth", ".npy", ".npz"})

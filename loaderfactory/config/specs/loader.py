@@ -18,8 +18,10 @@ from loaderfactory.config.specs.base import (
     refuse_unless,
 )
 from loaderfactory.config.specs.refs import CollateRef
-from loaderfactory.config.specs.sharded import Distributed
+from loaderfactory.config.specs.sharded import Distributed, DistributedSpec
 from loaderfactory.config.specs.target import CallableTargetSpec, SamplerTargetSpec
+from loaderfactory.rules import epochs as epoch_rules
+from loaderfactory.rules import ring
 from loaderfactory.rules import torch_loader as torch_rules
 
 
@@ -74,7 +76,7 @@ class TorchLoaderSpec(Spec):
     worker_init_fn: CallableTargetSpec | None = None
     """{_target_: my.fn, _partial_: true}, called in each worker with its id; needs workers."""
     in_order: bool = True
-    """Batches in sampler order; false yields whichever worker is done first (faster; resume inexact)."""
+    """Batches in sampler order; false (needs workers) yields whichever worker is done first."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """Start method of the workers; needs workers."""
     seed: Seed | None = None
@@ -83,6 +85,33 @@ class TorchLoaderSpec(Spec):
     """`auto`: torch.distributed or torchrun's environment; `off`: every rank reads all; or explicit."""
     balance: Literal["pad", "drop", "uneven"] = "pad"
     """Equal parts per rank by wrapping around (`pad`) or cutting (`drop`); `uneven` needs Join."""
+
+    def collated_alive(self, held_after: int) -> tuple[int, str]:
+        if self.num_workers == 0:
+            return ring.alive_in_consumer_thread(held_after), "loader.num_workers=0: collated in your loop"
+        ahead = self.prefetch_factor or 2  # torch's default with workers
+        alive = ring.alive_per_worker_process(held_after, self.num_workers, ahead, self.in_order)
+        downstream = (
+            f"plus one per {self.num_workers} held after it"
+            if self.in_order
+            else "plus every batch held after it (loader.in_order=false)"
+        )
+        why = (
+            f"loader.num_workers={self.num_workers}: each worker process has its own ring and collates "
+            f"up to loader.prefetch_factor={ahead} batches ahead, {downstream}"
+        )
+        return alive, why
+
+    def empty_epoch_problems(
+        self, length: int, length_source: str, world_size: int | None = None
+    ) -> list[tuple[str, str, Any]]:
+        if self.sampler is not None or self.batch_sampler is not None:
+            return []  # the sampler decides how many
+        if world_size is None:
+            world_size = self.distributed.world_size if isinstance(self.distributed, DistributedSpec) else 1
+        return epoch_rules.torch_epoch_problems(
+            length, length_source, self.batch_size, self.drop_last, world_size, self.balance
+        )
 
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         problems: list[tuple[str, str, Any]] = []
@@ -130,8 +159,8 @@ class TorchLoaderSpec(Spec):
 
     @model_validator(mode="after")
     def _worker_options_need_workers(self) -> TorchLoaderSpec:
-        """prefetch_factor, persistent_workers, timeout, multiprocessing_context and worker_init_fn
-        need num_workers >= 1; pin_memory_device needs pin_memory."""
+        """prefetch_factor, persistent_workers, timeout, multiprocessing_context, worker_init_fn and
+        in_order: false need num_workers >= 1; pin_memory_device needs pin_memory."""
         title = type(self).__name__
         options = (
             "prefetch_factor",
@@ -140,10 +169,12 @@ class TorchLoaderSpec(Spec):
             "multiprocessing_context",
             "worker_init_fn",
         )
+        given = {name: getattr(self, name) for name in options}
+        given["in_order"] = None if self.in_order else "false"  # the order of workers' batches
         refuse_unless(
             self.num_workers > 0,
             title,
-            {name: getattr(self, name) for name in options},
+            given,
             "needs worker processes, but num_workers is 0; set num_workers >= 1",
         )
         refuse_unless(

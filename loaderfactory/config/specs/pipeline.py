@@ -10,6 +10,7 @@ from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, bro
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
 from loaderfactory.config.specs.resume import ResumeSpec
+from loaderfactory.rules import missing_keys_problems, ring
 
 HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
 """Keys Hydra's ``instantiate`` reads on the root node; they are not part of the spec."""
@@ -62,14 +63,69 @@ class LoaderSpec(Spec):
     run: RunSpec = Field(default_factory=RunSpec)
 
     @model_validator(mode="after")
-    def _loader_fits_the_queue(self) -> LoaderSpec:
+    def _slots_fit_together(self) -> LoaderSpec:
+        """Rules across slots, all reported at once: after a queue the loader passes its batches on;
+        a ring collate holds every batch alive at once; an epoch gives every rank a batch; the collate
+        asks for keys the items have."""
+        problems = (
+            self._queue_problems() + self._ring_problems() + self._epoch_problems() + self._key_problems()
+        )
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self
+
+    def _queue_problems(self) -> list[tuple[str, str, Any]]:
         """After a queue the loader passes its batches on: no batching, shuffling or workers of its own."""
         if self.queue is None:
-            return self
+            return []
         problems = self.loader.refuse_after_batches(getattr(self.queue, "batch_size", None))
-        if problems:
-            raise broken_rules(type(self).__name__, [(f"loader.{f}", m, v) for f, m, v in problems])
-        return self
+        return [(f"loader.{f}", m, v) for f, m, v in problems]
+
+    def _held_after_loader(self) -> tuple[int, list[str]]:
+        """Batches the stages after the loader hold besides your loop's, and where (naming fields)."""
+        held, where = 0, []
+        for slot in ("stream", "prefetch"):
+            spec = self.slot(slot)
+            count, why = spec.read_ahead() if spec is not None else (0, "")
+            if count:
+                held += count
+                where.append(f"{slot}.{why}")
+        return held, where
+
+    def _ring_problems(self) -> list[tuple[str, str, Any]]:
+        """A collate that reuses buffers must outlast every batch it made that is alive at once."""
+        held, where = self._held_after_loader()
+        problems: list[tuple[str, str, Any]] = []
+        for slot in ("queue", "loader"):
+            spec = self.slot(slot)
+            collate = getattr(spec, "collate", None)
+            ring_size = collate.reused_batches() if isinstance(collate, Spec) else None
+            alive = spec.collated_alive(held) if ring_size is not None else None
+            if ring_size is None or alive is None:
+                continue
+            reasons = [alive[1], *where, "1 in your loop"]
+            problems += ring.ring_problems(f"{slot}.collate.ring_size", ring_size, alive[0], reasons)
+        return problems
+
+    def _key_problems(self) -> list[tuple[str, str, Any]]:
+        """The loader's collate asks only for keys the dataset's items have, where the spec says
+        which (a queue's transforms may add keys, so only without one)."""
+        keys = self.dataset.known_keys() if isinstance(self.dataset, Spec) else None
+        collate = getattr(self.loader, "collate", None)
+        if keys is None or self.queue is not None or not isinstance(collate, Spec):
+            return []
+        return missing_keys_problems(
+            "loader.collate.keys", collate.wanted_keys(), keys, "dataset.fields (with dataset.index)"
+        )
+
+    def _epoch_problems(self) -> list[tuple[str, str, Any]]:
+        """An epoch of the dataset's known length gives every rank at least one batch (a queue draws
+        ``epoch_size`` batches whatever the length)."""
+        length = self.dataset.known_length() if isinstance(self.dataset, Spec) else None
+        if length is None or self.queue is not None:
+            return []
+        problems: list[tuple[str, str, Any]] = self.loader.empty_epoch_problems(length, "dataset.length")
+        return problems
 
     def slot(self, name: str) -> Any:
         """The spec in slot ``name`` (``None`` for an empty optional slot)."""

@@ -27,3 +27,10 @@ class ThreadBufferSpec(Spec):
     """Yield each batch this many times (data echoing)."""
     copy_echoes: bool = True
     """Echoes are copies, so in-place edits never leak between them."""
+
+    def read_ahead(self) -> tuple[int, str]:
+        # The thread pulls a batch, then waits for room to queue it: one more than the buffer.
+        return (
+            self.buffer_size + 1,
+            f"buffer_size={self.buffer_size}: {self.buffer_size} queued + 1 its thread holds",
+        )

@@ -18,6 +18,7 @@ from loaderfactory.config.specs.base import (
     broken_rules,
 )
 from loaderfactory.config.specs.refs import CollateRef, TransformRef
+from loaderfactory.rules import ring
 
 MAX_ITEM_MB = 10**9
 """Largest ``avg_item_size`` (1 PB): no budget holds such an item, and far larger sizes overflow the
@@ -79,6 +80,10 @@ class QueueDatasetSpec(Spec):
     """Start method of process workers; ``null``: the platform's default."""
     seed: Seed | None = None
     """Seeds the index order, draws and transforms; ``null``: the root ``seed``, else random."""
+
+    def collated_alive(self, held_after: int) -> tuple[int, str]:
+        # The queue collates a batch when its consumer asks for one, in the consumer's thread.
+        return ring.alive_in_consumer_thread(held_after), "the queue collates each batch when asked"
 
     @model_validator(mode="before")
     @classmethod

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -27,6 +28,8 @@ from loaderfactory.config.specs.base import (
 )
 from loaderfactory.config.specs.refs import CollateRef
 from loaderfactory.config.specs.target import SamplerTargetSpec
+from loaderfactory.rules import epochs as epoch_rules
+from loaderfactory.rules import ring
 from loaderfactory.rules import sharded as sharded_rules
 
 
@@ -128,6 +131,38 @@ class ShardedLoaderSpec(WorkersSpec):
     """Seconds to wait for a worker's batch before a StallError; ``null``: forever. Needs workers."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
     """Start method of process workers; ``null``: ``fork`` where available."""
+
+    def collated_alive(self, held_after: int) -> tuple[int, str]:
+        workers, shards = self.num_workers, self.num_shards
+        per_step = f"; loader.num_shards={shards} batches per step" if shards > 1 else ""
+        if workers == 0:
+            alive = ring.alive_in_consumer_thread(held_after, shards)
+            return alive, "loader.num_workers=0: collated in your loop" + per_step
+        in_flight = self.prefetch if self.prefetch is not None else 2 * workers
+        if self.worker_type == "process":
+            ahead = math.ceil(in_flight / workers)  # ProcessWorkers' prefetch_factor
+            alive = ring.alive_per_worker_process(held_after, workers, ahead, True, shards)
+            why = (
+                f"loader.num_workers={workers} worker processes, each with its own ring, loader.prefetch="
+                f"{in_flight} steps in flight ({ahead} per worker), plus one per {workers} held after it"
+            )
+            return alive, why + per_step
+        alive = ring.alive_in_thread_workers(held_after, workers, in_flight, shards)
+        why = f"loader.num_workers={workers} thread workers share the ring, loader.prefetch={in_flight} ahead"
+        if workers > 1:
+            why += ", collated out of step order"
+        return alive, why + per_step
+
+    def empty_epoch_problems(
+        self, length: int, length_source: str, world_size: int | None = None
+    ) -> list[tuple[str, str, Any]]:
+        if self.sampler is not None or self.batch_sampler is not None or self.batch_size is None:
+            return []  # the sampler decides how many
+        if world_size is None:
+            world_size = self.distributed.world_size if isinstance(self.distributed, DistributedSpec) else 1
+        return epoch_rules.sharded_epoch_problems(
+            length, length_source, self.batch_size, self.num_shards, self.last_batch, world_size, self.balance
+        )
 
     def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
         return [

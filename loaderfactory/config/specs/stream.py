@@ -32,6 +32,15 @@ class StreamWrapperSpec(Spec):
     gated: bool = False
     """Produce only while the consumer waits or holds ``allow_buffering``; needs a buffer."""
 
+    def read_ahead(self) -> tuple[int, str]:
+        if self.buffer_size == 0:
+            return 0, ""
+        # A ThreadBuffer's thread: it pulls a batch, then waits for room to queue it.
+        return (
+            self.buffer_size + 1,
+            f"buffer_size={self.buffer_size}: {self.buffer_size} queued + 1 its thread holds",
+        )
+
     @model_validator(mode="after")
     def _thread_options_need_a_buffer(self) -> StreamWrapperSpec:
         """timeout and gated need buffer_size >= 1."""
