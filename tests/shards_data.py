@@ -58,7 +58,7 @@ def write_tar_shards(folder: Path, counts: Sequence[int]) -> list[str]:
 
 
 def parquet_bytes(first: int, count: int, row_group_size: int = 4) -> bytes:
-    """A Parquet file of rows ``{"id", "text", "vector", "npy"}`` for ids ``first`` on, in small row groups."""
+    """Parquet rows ``{"id", "text", "vector", "npy"}`` for ids ``first`` on, in small row groups."""
     import pyarrow as pa
     import pyarrow.parquet as pq
 

@@ -45,7 +45,10 @@ def test_s3_settings_come_from_the_aws_environment(s3: S3Server, monkeypatch: py
 @pytest.mark.parametrize("call", ["read", "size", "read_range"])
 def test_a_missing_object_is_file_not_found_naming_the_url(s3: S3Server, tmp_path: Path, call: str) -> None:
     """A missing key (S3) or file (local) raises FileNotFoundError with its URL, without retrying."""
-    for storage, url in [(Storage(s3.storage_options), s3.url("nope/x.tar")), (Storage(), f"{tmp_path}/x.tar")]:
+    for storage, url in [
+        (Storage(s3.storage_options), s3.url("nope/x.tar")),
+        (Storage(), f"{tmp_path}/x.tar"),
+    ]:
         args = (url, 0, 4) if call == "read_range" else (url,)
         with pytest.raises(FileNotFoundError, match=r"no such shard or object .*x\.tar"):
             getattr(storage, call)(*args)
@@ -67,18 +70,18 @@ def test_a_server_that_is_gone_fails_after_the_retries_with_the_url(s3: S3Server
 
 def test_a_transient_error_is_retried_and_counted(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
     """A read that fails once and then works returns the data, and the retry is counted."""
-    import obstore
+    import s3fs
 
-    storage = Storage(s3.storage_options, retries=3, backoff_s=0.01)
-    storage.write(s3.url("storage/flaky.bin"), b"payload")
-    real, failures = obstore.get_range, [ConnectionResetError("connection reset by peer")]
+    Storage(s3.storage_options).write(s3.url("storage/flaky.bin"), b"payload")
+    real, failures = s3fs.S3FileSystem._cat_file, [ConnectionResetError("connection reset by peer")]
 
-    def flaky(*args: object, **kwargs: object) -> object:
+    async def flaky(*args: object, **kwargs: object) -> object:
         if failures:
             raise failures.pop()
-        return real(*args, **kwargs)  # type: ignore[arg-type]
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
 
-    monkeypatch.setattr(obstore, "get_range", flaky)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", flaky)  # s3fs's async read, under its sync one
+    storage = Storage(s3.storage_options, retries=3, backoff_s=0.01)  # its filesystem binds the patch
     assert storage.read_range(s3.url("storage/flaky.bin"), 0, 3) == b"pay"
     assert storage.retried == 1
 
@@ -93,5 +96,7 @@ def test_storage_pickles_without_its_connections(s3: S3Server) -> None:
 
 def test_an_unknown_scheme_names_the_supported_ones() -> None:
     """``ftp://`` is refused with the list of schemes that work."""
-    with pytest.raises(ValueError, match=r"ftp://h/x.tar: unsupported scheme 'ftp'; use a local path, file://"):
+    with pytest.raises(
+        ValueError, match=r"ftp://h/x.tar: unsupported scheme 'ftp'; use a local path, file://"
+    ):
         Storage().read("ftp://h/x.tar")

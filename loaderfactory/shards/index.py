@@ -54,12 +54,16 @@ def describe_shard(storage: Storage, url: str) -> ShardInfo:
     return ShardInfo(url, fmt, samples, storage.size(url))
 
 
+class _ProgressBar(tqdm):  # type: ignore[type-arg]  # holds shard URLs; only the monitor setting differs
+    """tqdm without its monitor thread, which would outlive the bar (one line per shard needs none)."""
+
+    monitor_interval = 0
+
+
 def build_index(urls: Sequence[str], storage: Storage, progress: bool = True) -> list[ShardInfo]:
-    """Describe every shard, in order, with a progress bar (``progress=False``: none)."""
-    return [
-        describe_shard(storage, url)
-        for url in tqdm(urls, desc="indexing shards", unit="shard", disable=not progress)
-    ]
+    """Describe every shard, in order, with a progress bar on stderr (``progress=False``: none)."""
+    with _ProgressBar(urls, desc="indexing shards", unit="shard", disable=not progress) as bar:
+        return [describe_shard(storage, url) for url in bar]
 
 
 def index_url(urls: Sequence[str]) -> str:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from typing import Any, BinaryIO
+from typing import Any
 
 from loaderfactory.shards.decode import Decode, decode_field
 from loaderfactory.shards.errors import ShardError
@@ -26,43 +26,41 @@ def _parquet() -> Any:
     return pyarrow.parquet
 
 
-def _open(storage: Storage, url: str) -> tuple[BinaryIO, Any]:
-    """The open file and its pyarrow ``ParquetFile``; ShardError naming ``url`` when it is not Parquet."""
+def _metadata(storage: Storage, url: str) -> Any:
+    """The footer of the Parquet shard at ``url``; ShardError naming it when it is not Parquet."""
     import pyarrow
 
-    file = open_shard(storage, url)
-    try:
-        return file, _parquet().ParquetFile(file)
-    except (pyarrow.ArrowException, OSError) as err:
-        file.close()
-        raise ShardError(
-            f"{url}: not a readable Parquet file ({err}); is the shard truncated or corrupt?"
-        ) from err
+    with open_shard(storage, url) as file:
+        try:
+            return _parquet().ParquetFile(file).metadata
+        except (pyarrow.ArrowException, OSError) as err:
+            raise ShardError(
+                f"{url}: not a readable Parquet file ({err}); is the shard truncated or corrupt?"
+            ) from err
 
 
 def count_parquet_rows(storage: Storage, url: str) -> int:
     """The number of rows (samples) of the Parquet shard at ``url``, from its footer."""
-    file, parquet = _open(storage, url)
-    with file:
-        rows: int = parquet.metadata.num_rows
-        return rows
+    rows: int = _metadata(storage, url).num_rows
+    return rows
 
 
 class ParquetShard:
     """One opened Parquet shard: row-group boundaries from the footer, rows decoded on demand.
 
-    Holds the file open and the last row group decoded (one row group of memory); ``close()`` frees both.
+    Holds the footer and the last row group decoded (one row group of memory), no open file: a row
+    group is read through a file opened for it (once per row group, as samples run in order).
     """
 
     def __init__(self, storage: Storage, url: str, decode: Decode = True) -> None:
-        self.url, self.decode = url, decode
-        self._file, self._parquet = _open(storage, url)
+        self.storage, self.url, self.decode = storage, url, decode
+        self._metadata = _metadata(storage, url)
         sizes: list[int] = [
-            self._parquet.metadata.row_group(g).num_rows for g in range(self._parquet.num_row_groups)
+            self._metadata.row_group(g).num_rows for g in range(self._metadata.num_row_groups)
         ]
         self._starts = [0, *itertools.accumulate(sizes)]
         self._group: tuple[int, list[dict[str, Any]]] = (-1, [])
-        self._lock = threading.Lock()  # one file position: threads take turns reading row groups
+        self._lock = threading.Lock()  # threads share the cached row group
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -83,7 +81,9 @@ class ParquetShard:
         import pyarrow
 
         try:
-            rows: list[dict[str, Any]] = self._parquet.read_row_group(group).to_pylist()
+            with open_shard(self.storage, self.url) as file:
+                table = _parquet().ParquetFile(file, metadata=self._metadata).read_row_group(group)
+            rows: list[dict[str, Any]] = table.to_pylist()
         except (pyarrow.ArrowException, OSError) as err:
             raise ShardError(
                 f"{self.url}: sample #{index} (row group {group}) is not readable ({err}); "
@@ -92,6 +92,5 @@ class ParquetShard:
         return rows
 
     def close(self) -> None:
-        """Close the file and drop the cached row group."""
+        """Drop the cached row group."""
         self._group = (-1, [])
-        self._file.close()

@@ -1,9 +1,11 @@
-"""Read and write objects by URL: local paths and ``file://`` directly, remote schemes through obstore.
+"""Read and write objects by URL: local paths and ``file://`` directly, remote schemes through fsspec.
 
-Remote schemes (``s3://``, ``gs://``, ``http(s)://``) need the ``remote`` extra
-(``pip install loaderfactory[remote]``, which installs obstore). S3 settings come from
-``storage_options`` (``endpoint_url``, ``key``, ``secret``, ``token``, ``region``, or any obstore S3
-config key) or else from the standard AWS environment variables, ``AWS_ENDPOINT_URL`` included.
+Remote schemes need the ``remote`` extra (``pip install loaderfactory[remote]``: fsspec with s3fs
+for ``s3://`` and gcsfs for ``gs://``; ``http(s)://`` uses aiohttp, which s3fs brings). S3 settings
+come from ``storage_options`` (``endpoint_url``, ``key``, ``secret``, ``token``, ``region``, or any
+``s3fs.S3FileSystem`` argument) or else from the standard AWS environment variables,
+``AWS_ENDPOINT_URL`` included. fsspec rather than obstore: obstore's runtime hangs in a forked
+worker process (torch's default on Linux), see benchmarks/bench_storage.py.
 """
 
 from __future__ import annotations
@@ -13,7 +15,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import timedelta
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -21,12 +22,8 @@ from loaderfactory.shards.errors import StorageError
 
 T = TypeVar("T")
 REMOTE_SCHEMES = ("s3", "gs", "http", "https")
-_S3_ALIASES = {
-    "endpoint_url": "endpoint",
-    "key": "access_key_id",
-    "secret": "secret_access_key",
-    "token": "session_token",
-}
+_PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "https"}
+_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
 
 
 def split_scheme(url: str) -> tuple[str, str]:
@@ -63,7 +60,7 @@ class Storage:
             at ``backoff_s``; :attr:`retried` counts the retries made. A missing object is never retried.
         backoff_s: the first wait between retries; it doubles each time.
 
-    Picklable: a copy in a worker process opens its own connections on first use.
+    Picklable and fork-safe: a copy in a worker process opens its own connections on first use.
     """
 
     def __init__(
@@ -75,13 +72,13 @@ class Storage:
         self.retries = retries
         self.backoff_s = backoff_s
         self.retried = 0
-        self._stores: dict[tuple[str, str], Any] = {}
+        self._filesystems: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_stores"], state["_lock"] = {}, None
+        state["_filesystems"], state["_lock"] = {}, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -95,16 +92,11 @@ class Storage:
             folder = Path(rest)
             if not folder.is_dir():
                 raise missing(url)
-            return sorted(
-                str(p) if "://" not in url else f"file://{p}" for p in folder.rglob("*") if p.is_file()
-            )
-        import obstore
-
-        store, prefix = self._store(scheme, rest)
-        prefix = prefix.rstrip("/") + "/" if prefix else ""
-        base = url[: len(url) - len(rest)] + rest.split("/", 1)[0]
-        pages = self._retry(url, lambda: list(obstore.list(store, prefix=prefix or None)))
-        return sorted(f"{base}/{meta['path']}" for page in pages for meta in page)
+            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            return [f"file://{p}" if url.startswith("file://") else str(p) for p in files]
+        fs, path = self._remote(scheme, rest)
+        found = self._retry(url, lambda: fs.find(path.rstrip("/")))
+        return sorted(_url_of(scheme, p) for p in found)
 
     def size(self, url: str) -> int:
         """The size of the object at ``url`` in bytes."""
@@ -114,10 +106,8 @@ class Storage:
                 return os.stat(rest).st_size
             except FileNotFoundError as err:
                 raise missing(url) from err
-        import obstore
-
-        store, key = self._store(scheme, rest)
-        return int(self._retry(url, lambda: obstore.head(store, key))["size"])
+        fs, path = self._remote(scheme, rest)
+        return int(self._retry(url, lambda: fs.size(path)))
 
     def read(self, url: str) -> bytes:
         """The whole object at ``url``."""
@@ -127,10 +117,8 @@ class Storage:
                 return Path(rest).read_bytes()
             except FileNotFoundError as err:
                 raise missing(url) from err
-        import obstore
-
-        store, key = self._store(scheme, rest)
-        return self._retry(url, lambda: bytes(obstore.get(store, key).bytes()))
+        fs, path = self._remote(scheme, rest)
+        return bytes(self._retry(url, lambda: fs.cat_file(path)))
 
     def read_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object at ``url`` (fewer where the object ends before ``end``)."""
@@ -144,10 +132,8 @@ class Storage:
                     return file.read(end - start)
             except FileNotFoundError as err:
                 raise missing(url) from err
-        import obstore
-
-        store, key = self._store(scheme, rest)
-        return self._retry(url, lambda: bytes(obstore.get_range(store, key, start=start, end=end)))
+        fs, path = self._remote(scheme, rest)
+        return bytes(self._retry(url, lambda: fs.cat_file(path, start=start, end=end)))
 
     def write(self, url: str, data: bytes) -> None:
         """Write ``data`` as the object at ``url`` (a local file appears whole: written aside, renamed)."""
@@ -159,10 +145,8 @@ class Storage:
             partial.write_bytes(data)
             partial.replace(path)
             return
-        import obstore
-
-        store, key = self._store(scheme, rest)
-        self._retry(url, lambda: obstore.put(store, key, data))
+        fs, path_in_store = self._remote(scheme, rest)
+        self._retry(url, lambda: fs.pipe_file(path_in_store, data))
 
     def _retry(self, url: str, call: Callable[[], T]) -> T:
         """Run ``call``; retry transient failures with backoff; name ``url`` in every error."""
@@ -172,10 +156,8 @@ class Storage:
                 return call()
             except FileNotFoundError as err:
                 raise missing(url) from err
-            except Exception as err:  # obstore's errors share no base class with OSError
-                if type(err).__name__ == "NotFoundError":
-                    raise missing(url) from err
-                if _is_permanent(err):
+            except Exception as err:  # botocore's and aiohttp's errors share no base class with OSError
+                if isinstance(err, (PermissionError, ValueError, TypeError)):
                     raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
                 if attempt == self.retries:
                     raise StorageError(
@@ -187,56 +169,49 @@ class Storage:
             wait *= 2
         raise AssertionError("unreachable")
 
-    def _store(self, scheme: str, rest: str) -> tuple[Any, str]:
-        """The obstore store of the bucket (or host) in ``rest`` and the key inside it."""
-        bucket, _, key = rest.partition("/")
-        if os.getpid() != self._pid:  # a forked worker must not reuse its parent's connections
-            self._stores, self._pid = {}, os.getpid()
+    def _remote(self, scheme: str, rest: str) -> tuple[Any, str]:
+        """This process's fsspec filesystem for ``scheme`` and the path it takes for ``rest``."""
         with self._lock:
-            store = self._stores.get((scheme, bucket))
-            if store is None:
-                store = self._stores[(scheme, bucket)] = self._open(scheme, bucket)
-        return store, key
+            if os.getpid() != self._pid:  # a forked worker must not reuse its parent's event loop
+                self._filesystems, self._pid = {}, os.getpid()
+            fs = self._filesystems.get(scheme)
+            if fs is None:
+                fs = self._filesystems[scheme] = self._open(scheme)
+        return fs, f"{scheme}://{rest}" if scheme in ("http", "https") else rest
 
-    def _open(self, scheme: str, bucket: str) -> Any:
+    def _open(self, scheme: str) -> Any:
         try:
-            from obstore.store import from_url
+            import fsspec  # type: ignore[import-untyped]  # fsspec ships no type stubs
+
+            fsspec.get_filesystem_class(_PROTOCOLS[scheme])
         except ImportError as err:
-            raise ImportError(f"{scheme}:// URLs need obstore: pip install 'loaderfactory[remote]'") from err
+            raise ImportError(
+                f"{scheme}:// URLs need fsspec and {_PACKAGES[scheme]}: pip install 'loaderfactory[remote]'"
+            ) from err
         options = dict(self.storage_options)
         if scheme == "s3":
-            options = {_S3_ALIASES.get(k, k): v for k, v in options.items()}
-            endpoint = options.get("endpoint") or os.environ.get("AWS_ENDPOINT_URL", "")
-            options.setdefault("region", os.environ.get("AWS_REGION", "us-east-1"))
-        else:
-            endpoint = ""
-        client: dict[str, Any] = {"connect_timeout": timedelta(seconds=5), "timeout": timedelta(seconds=60)}
-        if str(endpoint).startswith("http://") or scheme == "http":
-            client["allow_http"] = True
-        # Our own loop retries (and counts); obstore's would retry for up to 3 minutes unseen.
-        no_retry = {
-            "max_retries": 0,
-            "retry_timeout": timedelta(seconds=1),
-            "backoff": {
-                "init_backoff": timedelta(milliseconds=10),
-                "max_backoff": timedelta(milliseconds=10),
-                "base": 2.0,
-            },
-        }
-        open_store: Any = from_url  # its overloads are per store; the options are the user's, per scheme
-        return open_store(f"{scheme}://{bucket}", client_options=client, retry_config=no_retry, **options)
+            options = _s3_options(options)
+        # skip_instance_cache: fsspec would hand every Storage the same object, retries setting included.
+        fs = fsspec.filesystem(_PROTOCOLS[scheme], skip_instance_cache=True, **options)
+        if scheme == "s3":
+            fs.retries = 1  # s3fs's own retry loop off: ours retries and counts
+        return fs
 
 
-def _is_permanent(err: Exception) -> bool:
-    """Errors that retrying cannot fix: bad credentials, bad config, a refused permission."""
-    permanent = (
-        "PermissionDeniedError",
-        "UnauthenticatedError",
-        "UnknownConfigurationKeyError",
-        "InvalidPathError",
-        "NotSupportedError",
-    )
-    return type(err).__name__ in permanent or isinstance(err, (PermissionError, ValueError, TypeError))
+def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
+    """s3fs arguments: ``region`` into the client, botocore's own retries off, bounded timeouts."""
+    region = options.pop("region", None)
+    if region is not None:
+        options.setdefault("client_kwargs", {})["region_name"] = region
+    config = options.setdefault("config_kwargs", {})
+    config.setdefault("retries", {"max_attempts": 1})
+    config.setdefault("connect_timeout", 5)
+    config.setdefault("read_timeout", 60)
+    return options
+
+
+def _url_of(scheme: str, path: str) -> str:
+    return path if "://" in path else f"{scheme}://{path}"
 
 
 def _first_line(err: Exception) -> str:
