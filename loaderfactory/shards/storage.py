@@ -11,6 +11,7 @@ worker process (torch's default on Linux), see benchmarks/bench_storage.py.
 from __future__ import annotations
 
 import errno
+import gc
 import os
 import threading
 import time
@@ -23,6 +24,9 @@ from loaderfactory.shards.errors import StorageError
 T = TypeVar("T")
 REMOTE_SCHEMES = ("s3", "gs", "http", "https")
 _PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "https"}
+_INHERITED: list[dict[str, Any]] = []
+"""A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
+finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
 _PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
 
 
@@ -173,7 +177,11 @@ class Storage:
         """This process's fsspec filesystem for ``scheme`` and the path it takes for ``rest``."""
         with self._lock:
             if os.getpid() != self._pid:  # a forked worker must not reuse its parent's event loop
+                _INHERITED.append(self._filesystems)
                 self._filesystems, self._pid = {}, os.getpid()
+                # The parent's dropped filesystems, collected later on the child's event-loop thread,
+                # would log "attached to a different loop" errors; collected here they close quietly.
+                gc.collect()
             fs = self._filesystems.get(scheme)
             if fs is None:
                 fs = self._filesystems[scheme] = self._open(scheme)
