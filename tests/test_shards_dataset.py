@@ -8,11 +8,21 @@ from pathlib import Path
 
 import pytest
 import torch
+from hypothesis import given
+from hypothesis import strategies as st
 from s3_server import S3Server
 from shards_data import id_samples, parquet_bytes, tar_bytes, write_parquet_shards, write_tar_shards
 from torch.utils.data import DataLoader
 
-from loaderfactory.shards import ShardError, ShardsDataset, Storage, build_index, index_url, save_index
+from loaderfactory.shards import (
+    ShardError,
+    ShardInfo,
+    ShardsDataset,
+    Storage,
+    build_index,
+    index_url,
+    save_index,
+)
 
 TAR_COUNTS = [5, 1, 7, 3]
 """Uneven shards, one with a single sample, so the bisect meets every boundary case."""
@@ -147,3 +157,14 @@ def test_s3_missing_shard_is_named(s3: S3Server) -> None:
     """A shard URL with no object behind it names the URL."""
     with pytest.raises(FileNotFoundError, match=r"no such shard or object .*s3://shards-test/none/x\.tar"):
         ShardsDataset([s3.url("none/x.tar")], storage_options=s3.storage_options)
+
+
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=8))
+def test_locate_maps_every_global_index_to_one_shard_sample(counts: list[int]) -> None:
+    """The cumulative-count bisect gives each global index one (shard, sample) pair, each pair once."""
+    index = [ShardInfo(f"s-{n}.tar", "tar", count, 0) for n, count in enumerate(counts)]
+    dataset = ShardsDataset([info.url for info in index], index=index)  # reads nothing: the index is given
+    pairs = [dataset.locate(i) for i in range(len(dataset))]
+    assert pairs == [(shard, local) for shard, count in enumerate(counts) for local in range(count)]
+    with pytest.raises(IndexError):
+        dataset.locate(len(dataset))

@@ -74,7 +74,16 @@ class ParquetShard:
             row = self._group[1][index - self._starts[group]]
         out: dict[str, Any] = {"__key__": str(index)}
         for column, value in row.items():
-            out[column] = decode_field(column, value, self.decode) if isinstance(value, bytes) else value
+            if not isinstance(value, bytes):
+                out[column] = value
+                continue
+            try:
+                out[column] = decode_field(column, value, self.decode)
+            except Exception as err:
+                raise ShardError(
+                    f"{self.url}: sample #{index}, column {column!r}: cannot decode ({type(err).__name__}: "
+                    f"{err}); pass decode=False or leave {column!r} out of decode"
+                ) from err
         return out
 
     def _read_group(self, group: int, index: int) -> list[dict[str, Any]]:
