@@ -144,3 +144,11 @@ def test_a_corrupt_parquet_file_is_named(tmp_path: Path) -> None:
     path.write_bytes(data[: len(data) // 2] + data[-4:])
     with pytest.raises(ShardError, match=f"{path}: not a readable Parquet file"):
         ParquetShard(Storage(), str(path))
+
+
+def test_a_field_that_cannot_decode_names_url_sample_and_field(tmp_path: Path) -> None:
+    """A ``.json`` member that is not JSON fails naming the shard, the sample and how to keep bytes."""
+    url = _one_sample_tar(tmp_path, {"json": b"{not json"})
+    with pytest.raises(ShardError, match=r"one\.tar: sample 'dir/s0' \(#0\), field 'json': cannot decode"):
+        TarShard(Storage(), url).sample(0)
+    assert TarShard(Storage(), url, decode=False).sample(0)["json"] == b"{not json"

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from loaderfactory.shards.errors import ShardError
+
 Decode = bool | Collection[str]
 """``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those."""
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
@@ -63,3 +65,14 @@ def decode_field(field: str, data: bytes, decode: Decode = True) -> Any:
     wanted = decode if isinstance(decode, bool) else ext in decode
     decoder = DECODERS.get(ext)
     return decoder(data) if wanted and decoder is not None else data
+
+
+def decode_in_sample(field: str, data: bytes, decode: Decode, where: str) -> Any:
+    """:func:`decode_field`, with a failure raised as ShardError naming ``where`` (URL and sample)."""
+    try:
+        return decode_field(field, data, decode)
+    except Exception as err:
+        raise ShardError(
+            f"{where}, field {field!r}: cannot decode ({type(err).__name__}: {err}); "
+            f"pass decode=False or leave {extension(field)!r} out of decode"
+        ) from err

@@ -12,7 +12,7 @@ import itertools
 import threading
 from typing import Any
 
-from loaderfactory.shards.decode import Decode, decode_field
+from loaderfactory.shards.decode import Decode, decode_in_sample
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage
@@ -73,17 +73,10 @@ class ParquetShard:
                 self._group = (group, self._read_group(group, index))
             row = self._group[1][index - self._starts[group]]
         out: dict[str, Any] = {"__key__": str(index)}
+        where = f"{self.url}: sample #{index}"
         for column, value in row.items():
-            if not isinstance(value, bytes):
-                out[column] = value
-                continue
-            try:
-                out[column] = decode_field(column, value, self.decode)
-            except Exception as err:
-                raise ShardError(
-                    f"{self.url}: sample #{index}, column {column!r}: cannot decode ({type(err).__name__}: "
-                    f"{err}); pass decode=False or leave {column!r} out of decode"
-                ) from err
+            bytes_value = isinstance(value, bytes)
+            out[column] = decode_in_sample(column, value, self.decode, where) if bytes_value else value
         return out
 
     def _read_group(self, group: int, index: int) -> list[dict[str, Any]]:

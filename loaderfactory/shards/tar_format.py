@@ -12,7 +12,7 @@ import tarfile
 from dataclasses import dataclass
 from typing import Any
 
-from loaderfactory.shards.decode import Decode, decode_field
+from loaderfactory.shards.decode import Decode, decode_in_sample
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage
@@ -104,13 +104,8 @@ class TarShard:
         out: dict[str, Any] = {"__key__": entry.key}
         for field, (offset, size) in entry.fields.items():
             raw = data[offset - start : offset - start + size]
-            try:
-                out[field] = decode_field(field, raw, self.decode)
-            except Exception as err:
-                raise ShardError(
-                    f"{self.url}: sample {entry.key!r} (#{index}), field {field!r}: cannot decode "
-                    f"({type(err).__name__}: {err}); pass decode=False or leave {field!r} out of decode"
-                ) from err
+            where = f"{self.url}: sample {entry.key!r} (#{index})"
+            out[field] = decode_in_sample(field, raw, self.decode, where)
         return out
 
     def close(self) -> None:
