@@ -12,6 +12,8 @@ from pathlib import Path
 import psutil
 import pytest
 
+pytest_plugins = ["conftest_s3"]  # the S3 server fixture, for the shards tests
+
 SHM = Path("/dev/shm")
 GRACE_S = 5.0
 """How long a test's leftovers get to wind down on their own before they count as leaks."""

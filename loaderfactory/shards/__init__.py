@@ -1,0 +1,35 @@
+"""Read sharded data (webdataset tar, Parquet) from local disk or object storage, by sample index."""
+
+from __future__ import annotations
+
+from loaderfactory.shards.dataset import ShardsDataset
+from loaderfactory.shards.errors import ShardError, StorageError
+from loaderfactory.shards.index import (
+    INDEX_FORMAT,
+    INDEX_NAME,
+    ShardInfo,
+    build_index,
+    find_index,
+    index_url,
+    load_index,
+    save_index,
+)
+from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.urls import expand_braces, expand_urls
+
+__all__ = [
+    "INDEX_FORMAT",
+    "INDEX_NAME",
+    "ShardError",
+    "ShardInfo",
+    "ShardsDataset",
+    "Storage",
+    "StorageError",
+    "build_index",
+    "expand_braces",
+    "expand_urls",
+    "find_index",
+    "index_url",
+    "load_index",
+    "save_index",
+]

@@ -1,0 +1,157 @@
+"""``ShardsDataset``: a map-style dataset over webdataset tar and Parquet shards, local or remote."""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Collection, Sequence
+from typing import Any, Protocol
+
+from torch.utils.data import Dataset
+
+from loaderfactory.shards.decode import Decode
+from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
+from loaderfactory.shards.parquet_format import ParquetShard
+from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.tar_format import TarShard
+from loaderfactory.shards.urls import expand_urls
+
+log = logging.getLogger(__name__)
+
+
+class Shard(Protocol):
+    """An opened shard: its sample count and its samples by local index."""
+
+    def __len__(self) -> int: ...
+
+    def sample(self, index: int) -> dict[str, Any]: ...
+
+    def close(self) -> None: ...
+
+
+class ShardsDataset(Dataset[dict[str, Any]]):
+    """Samples of tar or Parquet shards by global index; ``len()`` comes from the index alone.
+
+    Sample ``i`` is found by a bisect over the shards' cumulative sample counts; its shard is opened
+    on first use (tar headers or the Parquet footer only) and kept among the ``open_shards`` most
+    recently used. A sample is a dict of its decoded fields plus ``__key__`` and ``__url__``.
+    Picklable: worker processes get no open shards and open their own.
+
+    Args:
+        urls: a list, a brace pattern, a folder or prefix ending in ``/``, or a local glob
+            (see :func:`loaderfactory.shards.urls.expand_urls`).
+        index: the index's URL, or its entries; None: ``loaderfactory-shards.json`` beside the shards,
+            else the shards are indexed now (each read once; logged).
+        keys: fields every sample must have; a sample without one raises ShardError naming it.
+        decode: True (every known extension), False (bytes), or the extensions to decode.
+        storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
+        retries: retries of a failing remote read, with backoff.
+        open_shards: how many shards stay open (a Parquet shard holds one decoded row group).
+    """
+
+    def __init__(
+        self,
+        urls: str | Sequence[str],
+        *,
+        index: str | Sequence[ShardInfo] | None = None,
+        keys: Collection[str] = (),
+        decode: Decode = True,
+        storage_options: dict[str, Any] | None = None,
+        retries: int = 3,
+        open_shards: int = 4,
+    ) -> None:
+        if open_shards < 1:
+            raise ValueError(f"open_shards must be ≥ 1, got {open_shards}")
+        self.storage = Storage(storage_options, retries)
+        self.urls = expand_urls(urls, self.storage)
+        if not self.urls:
+            raise FileNotFoundError(f"{urls!r}: matched no shards")
+        self.shards = self._index(index)
+        self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
+        self._ends = list(itertools.accumulate(info.samples for info in self.shards))
+        self._open: OrderedDict[int, Shard] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def _index(self, index: str | Sequence[ShardInfo] | None) -> list[ShardInfo]:
+        if index is None:
+            found = find_index(self.urls, self.storage)
+            if found is not None:
+                return found
+            log.info(
+                "no index at %s: reading %d shard(s) once to count samples",
+                index_url(self.urls),
+                len(self.urls),
+            )
+            return build_index(self.urls, self.storage)
+        entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
+        known = {info.url: info for info in entries}
+        absent = [url for url in self.urls if url not in known]
+        if absent:
+            raise ShardError(
+                f"index {index if isinstance(index, str) else '(given)'} lists no {absent[0]!r}"
+                f" ({len(absent)} shard(s) missing); index the shards again"
+            )
+        return [known[url] for url in self.urls]
+
+    def __len__(self) -> int:
+        return self._ends[-1] if self._ends else 0
+
+    def locate(self, index: int) -> tuple[int, int]:
+        """(shard number, sample number inside it) of global sample ``index``."""
+        if not 0 <= index < len(self):
+            raise IndexError(f"sample {index} out of range: the shards hold {len(self)} samples")
+        shard = bisect.bisect_right(self._ends, index)
+        return shard, index - (self._ends[shard - 1] if shard else 0)
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        shard, local = self.locate(index if index >= 0 else index + len(self))
+        url = self.shards[shard].url
+        sample = self._shard(shard).sample(local)
+        absent = [key for key in self.keys if key not in sample]
+        if absent:
+            raise ShardError(
+                f"{url}: sample {sample['__key__']!r} (#{local} in the shard, #{index} overall) has no "
+                f"{', '.join(map(repr, absent))}; it has {sorted(k for k in sample if k[:2] != '__')}"
+            )
+        sample["__url__"] = url
+        return sample
+
+    def _shard(self, number: int) -> Shard:
+        with self._lock:
+            shard = self._open.get(number)
+            if shard is not None:
+                self._open.move_to_end(number)
+                return shard
+            info = self.shards[number]
+            opened: Shard = (TarShard if info.format == "tar" else ParquetShard)(
+                self.storage, info.url, self.decode
+            )
+            if len(opened) != info.samples:
+                opened.close()
+                raise ShardError(
+                    f"{info.url}: has {len(opened)} samples but the index says {info.samples};"
+                    " the shard changed since it was indexed: index it again"
+                )
+            self._open[number] = opened
+            while len(self._open) > self.open_shards:
+                self._open.popitem(last=False)[1].close()
+            return opened
+
+    def close(self) -> None:
+        """Close the open shards (they reopen on the next sample)."""
+        with self._lock:
+            while self._open:
+                self._open.popitem()[1].close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_open"], state["_lock"] = OrderedDict(), None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()

@@ -1,0 +1,78 @@
+"""Decode a sample's fields by extension, as webdataset does.
+
+``.npy`` → tensor, ``.pt``/``.pth`` → as saved (``weights_only=True``), ``.json`` → object,
+``.txt`` → str, ``.cls``/``.idx`` → int, ``.jpg``/``.jpeg``/``.png``/``.webp`` → uint8 CHW tensor
+(through Pillow, when installed; else bytes), anything else → bytes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Callable, Collection
+from typing import Any
+
+import numpy as np
+import torch
+
+from loaderfactory.shards.errors import ShardError
+
+Decode = bool | Collection[str]
+"""``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those."""
+IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
+
+
+def _npy(data: bytes) -> torch.Tensor:
+    return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+
+
+def _pt(data: bytes) -> Any:
+    return torch.load(io.BytesIO(data), weights_only=True)
+
+
+def _image(data: bytes) -> Any:
+    try:
+        from PIL import Image
+    except ImportError:  # images stay bytes without Pillow, as documented
+        return data
+    with Image.open(io.BytesIO(data)) as image:
+        array = np.asarray(image)
+    if array.ndim == 2:
+        array = array[:, :, None]
+    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
+
+
+DECODERS: dict[str, Callable[[bytes], Any]] = {
+    "npy": _npy,
+    "pt": _pt,
+    "pth": _pt,
+    "json": json.loads,
+    "txt": lambda data: data.decode("utf-8"),
+    "cls": lambda data: int(data.decode("ascii").strip()),
+    "idx": lambda data: int(data.decode("ascii").strip()),
+    **dict.fromkeys(IMAGE_EXTENSIONS, _image),
+}
+
+
+def extension(field: str) -> str:
+    """The part of a field name that picks its decoder: after the last dot, lower case."""
+    return field.rsplit(".", 1)[-1].lower()
+
+
+def decode_field(field: str, data: bytes, decode: Decode = True) -> Any:
+    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes."""
+    ext = extension(field)
+    wanted = decode if isinstance(decode, bool) else ext in decode
+    decoder = DECODERS.get(ext)
+    return decoder(data) if wanted and decoder is not None else data
+
+
+def decode_in_sample(field: str, data: bytes, decode: Decode, where: str) -> Any:
+    """:func:`decode_field`, with a failure raised as ShardError naming ``where`` (URL and sample)."""
+    try:
+        return decode_field(field, data, decode)
+    except Exception as err:
+        raise ShardError(
+            f"{where}, field {field!r}: cannot decode ({type(err).__name__}: {err}); "
+            f"pass decode=False or leave {extension(field)!r} out of decode"
+        ) from err

