@@ -495,7 +495,12 @@ FAULTS = {
 
 @pytest.mark.parametrize(
     ("fault", "component"),
-    [(name, c) for name, fault in FAULTS.items() for c in COMPONENTS if fault.applies(c)],
+    [
+        pytest.param(name, c, marks=[pytest.mark.slow] if fault.run is ctrl_c else [])  # an interpreter each
+        for name, fault in FAULTS.items()
+        for c in COMPONENTS
+        if fault.applies(c)
+    ],
     ids=str,
 )
 def test_every_fault_in_every_component_ends_in_bounded_time(
