@@ -101,6 +101,10 @@ def segments_of_tree(names: set[str], pids: set[int]) -> set[str]:
     (a worker killed while making it leaves it behind, with no process holding it). Names other
     processes on the machine make or hold (a parallel test run's semaphores) never count. Not seen:
     a name one of ours made, closed and forgot to unlink, when the name carries no pid of ours.
+
+    ``pids`` is the tree as the leak check knows it: this process, its descendants at the test's
+    start and end, and every pid it signalled meanwhile (a worker it killed is gone by now).
+    Reading ``/proc`` happens only when a name is new, so a clean test pays one ``listdir``.
     """
     if not names:
         return set()
