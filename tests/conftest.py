@@ -1,22 +1,25 @@
-"""Shared fixtures: every test must leave no thread, child process or shared-memory segment behind."""
+"""Shared fixtures: every test must leave no thread, child process or shared-memory segment behind.
+
+Only what this test run's own process tree made counts: the machine may be shared with other test
+runs, whose processes and ``/dev/shm`` names come and go meanwhile (see ``segments_of_tree``).
+"""
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import psutil
 import pytest
+from process_checks import SIGNALLED, segments_of_tree, shm_names, tree_pids, watch_signals
 
 pytest_plugins = ["conftest_s3"]  # the S3 server fixture, for the shards tests
 
-SHM = Path("/dev/shm")
-GRACE_S = 5.0
-"""How long a test's leftovers get to wind down on their own before they count as leaks."""
+GRACE_S = 10.0
+"""How long a test's leftovers get to wind down on their own before they count as leaks (a loaded
+machine may take seconds to reap a worker); a clean test never waits for it."""
 
 
 def _threads() -> set[threading.Thread]:
@@ -32,23 +35,25 @@ def _children() -> set[int]:
     return alive
 
 
-def _segments() -> set[str]:
-    return set(os.listdir(SHM)) if SHM.is_dir() else set()
+def _segments(since: set[str], pids: set[int]) -> set[str]:
+    """The ``/dev/shm`` names new since ``since`` that this process tree (and ``pids``) made or holds."""
+    return segments_of_tree(shm_names() - since, pids | tree_pids() | SIGNALLED)
 
 
 @pytest.fixture(autouse=True)
 def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Fail the test if it leaves threads, child processes or /dev/shm segments alive."""
+    """Fail the test if it leaves threads, child processes or /dev/shm segments of its own alive."""
     if request.node.get_closest_marker("allow_leaks"):
         yield
         return
-    threads, children, segments = _threads(), _children(), _segments()
+    SIGNALLED.clear()
+    threads, children, segments, pids = _threads(), _children(), shm_names(), tree_pids()
     yield
     deadline = time.monotonic() + GRACE_S
     while True:
         new_threads = [t for t in _threads() - threads if not t.name.startswith(("pydevd", "Thread-tqdm"))]
         new_children = _children() - children
-        new_segments = _segments() - segments
+        new_segments = _segments(segments, pids)
         if not (new_threads or new_children or new_segments) or time.monotonic() > deadline:
             break
         time.sleep(0.05)
@@ -67,5 +72,5 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    watch_signals()
     config.addinivalue_line("markers", "allow_leaks: skip the leak check (only for tests of the check)")
-    config.addinivalue_line("markers", "slow: takes more than a few seconds")

@@ -1,7 +1,9 @@
 """One rank of the order engine's real multi-process checks; ``tests/test_ddp_order.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=N tests/ddp_scenarios.py SCENARIO OUT [--state FILE] [--steps K]
+    torchrun --standalone --nproc_per_node=N tests/ddp_scenarios.py SCENARIOS OUT [--state FILE] [--steps K]
 
+SCENARIOS is one name or several, comma-separated: they run one after the other in one process group
+(starting one costs seconds).
 Scenarios (each for the ``torch`` and the ``sharded`` kind, no seed anywhere unless the
 environment has one):
 
@@ -78,17 +80,18 @@ SCENARIOS = {"noseed": noseed, "rank0": rank0, "save": save, "resume": resume}
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("scenarios", type=lambda names: names.split(","))
     parser.add_argument("out", type=Path)
     parser.add_argument("--state", default="")
     parser.add_argument("--steps", type=int, default=3)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    record = {kind: SCENARIOS[args.scenario](kind, args) for kind in KINDS}
-    record["world_size"] = world_size
-    (args.out / f"{args.scenario}-w{world_size}-rank{rank}.json").write_text(json.dumps(record))
-    dist.barrier()
+    for scenario in args.scenarios:
+        record = {kind: SCENARIOS[scenario](kind, args) for kind in KINDS}
+        record["world_size"] = world_size
+        (args.out / f"{scenario}-w{world_size}-rank{rank}.json").write_text(json.dumps(record))
+        dist.barrier()
     dist.destroy_process_group()
 
 

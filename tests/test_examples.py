@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+pytestmark = pytest.mark.slow  # every test starts interpreters that import torch (and pip, once)
 
 
 def run(args: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 180) -> str:

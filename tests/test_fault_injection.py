@@ -55,9 +55,20 @@ ERROR_BOUND_S = STOP_GRACE_S
 CLOSE_BOUND_S = STOP_GRACE_S + 2 * KILL_GRACE_S + 0.5
 """``close()`` with stuck producers: one grace for all, SIGTERM, SIGKILL, and slack."""
 EXIT_BOUND_S = 2.5
-"""The README's "about 2 s" from Ctrl-C to the process being gone, with slack for a busy machine."""
+"""The README's "about 2 s" from Ctrl-C to the process being gone (measured under 0.6 s idle); a busy
+machine gets half the child's own start-up time on top."""
 DETECT_BOUND_S = 1.0
 """A killed worker is reported within 1 s (torch's own status check runs every 5 s)."""
+
+
+def allowance(startup_s: float) -> float:
+    """Room for a loaded machine on top of a bound: twice what starting the component took in the same test.
+
+    Idle, starting takes tens of milliseconds and the bounds stay the README's; on a busy shared
+    machine starting and stopping slow down alike, so a bound still tells waiting out a grace or a
+    stuck producer (60 s) from a slow scheduler.
+    """
+    return 2 * startup_s
 
 
 class Injected(Exception):
@@ -285,12 +296,14 @@ def new_children(before: set[int]) -> list[int]:
 
 def error_at_item_k(component: Component, release: threading.Event) -> None:
     """The item's own exception reaches the loop after the items before it, before any cleanup waits."""
+    started = time.time()
     made = component.build(Faulty(release, fail_at=K, hang_from=K + 1, order=component.order), None)
-    got = 0
+    got, startup = 0, 0.0
     with pytest.raises(Injected, match="injected at item") as info:
         for _ in made:
             got += 1
-    assert time.time() - raised_at(info.value) < ERROR_BOUND_S
+            startup = startup or time.time() - started
+    assert time.time() - raised_at(info.value) < ERROR_BOUND_S + allowance(startup)
     if component.ordered:
         assert got == K
     release.set()
@@ -300,22 +313,26 @@ def error_at_item_k(component: Component, release: threading.Event) -> None:
 def stuck_with_timeout(component: Component, release: threading.Event) -> None:
     """A producer stuck in the dataset raises the stall error right after ``timeout``, not after a join."""
     hang_from = K if component.ordered else 0  # the queue draws from held items while any are held
+    started = time.monotonic()
     made = component.build(Faulty(release, hang_from=hang_from, order=component.order), TIMEOUT_S)
     iterator = iter(made)
     for _ in range(hang_from):
         next(iterator)
+    startup = time.monotonic() - started
     started = time.monotonic()
     with pytest.raises(component.stall_error, match=r"timed out|timeout"):
         next(iterator)
-    assert time.monotonic() - started - TIMEOUT_S < ERROR_BOUND_S
+    assert time.monotonic() - started - TIMEOUT_S < ERROR_BOUND_S + allowance(startup)
     release.set()
     close_component(made)
 
 
 def stuck_at_close(component: Component, release: threading.Event) -> None:
     """``close()`` while every producer is stuck returns within one grace, warning of abandoned threads."""
+    started = time.monotonic()
     made = component.build(Faulty(release, hang_from=0, order=component.order), None)
     iterator = iter(made)
+    startup = time.monotonic() - started
     consumer = in_background(lambda: next(iterator))
     time.sleep(0.3)  # the producers are inside the dataset by now
     abandoned = (
@@ -326,24 +343,26 @@ def stuck_at_close(component: Component, release: threading.Event) -> None:
     started = time.monotonic()
     with abandoned:
         close_component(made)
-    assert time.monotonic() - started < CLOSE_BOUND_S
-    consumer.join(CLOSE_BOUND_S)  # the consumer waiting for a batch is released too
+    assert time.monotonic() - started < CLOSE_BOUND_S + allowance(startup)
+    consumer.join(CLOSE_BOUND_S + allowance(startup))  # the consumer waiting for a batch is released too
     assert not consumer.is_alive()
 
 
 def killed_worker(component: Component, release: threading.Event) -> None:
     """A worker process killed mid-epoch ends the loop with an error naming it; nothing stays behind."""
     before = {p.pid for p in psutil.Process().children()}
+    started = time.monotonic()
     made = component.build(Faulty(release, hang_from=8, order=component.order, delay_s=0.005), None)
     iterator = iter(made)
     next(iterator)
+    startup = time.monotonic() - started
     victim = new_children(before)[0]
     started = time.monotonic()
     with pytest.raises(WorkerError, match=rf"pid {victim}\) (was killed by signal SIGKILL|exited)"):
         os.kill(victim, signal.SIGKILL)
         for _ in iterator:
             pass
-    assert time.monotonic() - started < DETECT_BOUND_S
+    assert time.monotonic() - started < DETECT_BOUND_S + allowance(startup)
     close_component(made)
 
 
@@ -351,40 +370,46 @@ def killed_between_epochs(component: Component, release: threading.Event) -> Non
     """A persistent worker killed between epochs ends the next epoch's loop with an error naming it."""
     assert component.build_persistent is not None
     before = {p.pid for p in psutil.Process().children()}
+    started = time.monotonic()
     made = component.build_persistent(Faulty(release), None)
+    startup = 0.0
     for _ in made:
-        pass
+        startup = startup or time.monotonic() - started
     victim = new_children(before)[0]
     os.kill(victim, signal.SIGKILL)
     started = time.monotonic()
     with pytest.raises(WorkerError, match=rf"pid {victim}\) (was killed by signal SIGKILL|exited)"):
         for _ in made:
             pass
-    assert time.monotonic() - started < DETECT_BOUND_S
+    assert time.monotonic() - started < DETECT_BOUND_S + allowance(startup)
     close_component(made)
 
 
 def early_break(component: Component, release: threading.Event) -> None:
     """Breaking out of the loop stops every thread and process within one grace."""
+    started = time.monotonic()
     made = component.build(Faulty(release), None)
     for index, _ in enumerate(made):
         if index == K:
             break
+    startup = time.monotonic() - started
     started = time.monotonic()
     gc.collect()
     close_component(made)
-    assert time.monotonic() - started < CLOSE_BOUND_S
+    assert time.monotonic() - started < CLOSE_BOUND_S + allowance(startup)
 
 
 def collected_without_close(component: Component, release: threading.Event) -> None:
     """A component dropped mid-epoch without ``close()`` stops its threads and processes when collected."""
+    started = time.monotonic()
     made = component.build(Faulty(release), None)
     iterator = iter(made)
     next(iterator)
+    startup = time.monotonic() - started
     del iterator, made
     started = time.monotonic()
     gc.collect()
-    assert time.monotonic() - started < CLOSE_BOUND_S
+    assert time.monotonic() - started < CLOSE_BOUND_S + allowance(startup)
 
 
 SIGINT_CHILD = """
@@ -406,6 +431,7 @@ for batch in iterator:
 def ctrl_c(component: Component, release: threading.Event) -> None:
     """Ctrl-C to a script whose loop waits on a stuck producer: the process is gone within about 2 s."""
     code = SIGINT_CHILD.format(tests=str(Path(__file__).parent), name=component.name)
+    started = time.monotonic()
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
@@ -413,12 +439,13 @@ def ctrl_c(component: Component, release: threading.Event) -> None:
         assert child.stdout is not None
         line = child.stdout.readline()
         assert line, child.communicate(timeout=30)[1]
+        startup = time.monotonic() - started  # an interpreter importing torch: ~2 s idle, 4 x the exit
         workers = json.loads(line)
         time.sleep(0.5)  # the loop is waiting on the stuck producer now
         child.send_signal(signal.SIGINT)
         started = time.monotonic()
         _, err = child.communicate(timeout=30)
-        assert time.monotonic() - started < EXIT_BOUND_S
+        assert time.monotonic() - started < EXIT_BOUND_S + startup / 2  # no allowance(): see startup
         assert "KeyboardInterrupt" in err
         deadline = time.monotonic() + 5
         while any(alive(pid) for pid in workers) and time.monotonic() < deadline:
@@ -468,7 +495,12 @@ FAULTS = {
 
 @pytest.mark.parametrize(
     ("fault", "component"),
-    [(name, c) for name, fault in FAULTS.items() for c in COMPONENTS if fault.applies(c)],
+    [
+        pytest.param(name, c, marks=[pytest.mark.slow] if fault.run is ctrl_c else [])  # an interpreter each
+        for name, fault in FAULTS.items()
+        for c in COMPONENTS
+        if fault.applies(c)
+    ],
     ids=str,
 )
 def test_every_fault_in_every_component_ends_in_bounded_time(
@@ -492,8 +524,9 @@ iterator = iter(component.build(Busy(threading.Event()), None))
 for _ in range(3):
     next(iterator)
 """
-EXIT_RUNS = 50
-"""Before the fix about one run in three aborted, more with ThreadBuffer and StreamWrapper."""
+EXIT_RUNS = 20
+"""Before the fix about one run in three aborted, more with ThreadBuffer and StreamWrapper: 20 runs
+(two per component) miss that with odds (2/3)**20, about 1 in 3000; each run imports torch afresh."""
 
 
 @pytest.mark.slow

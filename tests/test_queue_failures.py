@@ -189,7 +189,7 @@ def test_killed_worker_process_is_reported_with_its_pid_within_seconds() -> None
     with pytest.raises(WorkerError, match=rf"pid {victim}\) was killed by signal SIGKILL"):
         for _ in iterator:
             time.sleep(0.001)
-    assert time.monotonic() - killed < 5.0
+    assert time.monotonic() - killed < 30.0  # a stale queue draws 10**6 times; 30 s: a busy machine's slack
 
 
 @pytest.mark.parametrize("worker_type", ["thread", "process"])

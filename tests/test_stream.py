@@ -24,7 +24,7 @@ def _threads(name: str = "stream") -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == f"loaderfactory-{name}"]
 
 
-def _wait_for(condition: Any, seconds: float = 5.0) -> bool:
+def _wait_for(condition: Any, seconds: float = 20.0) -> bool:  # returns as soon as it holds
     deadline = time.monotonic() + seconds
     while not condition():
         if time.monotonic() > deadline:
@@ -147,10 +147,10 @@ def test_stall_raises_a_timeout_error_naming_the_stream() -> None:
             next(it)
         waited = time.monotonic() - started
         assert isinstance(info.value, TimeoutError)
-        assert waited < 3.0  # the deadline plus slack; joining the stuck producer took 10 s
+        assert waited < 6.0  # the deadline plus a busy machine's slack; joining the stuck producer took 10 s
         assert _threads("slow")  # left to exit on its own when its source returns
         stream.close()  # nothing left to join
-        assert time.monotonic() - started < 3.0
+        assert time.monotonic() - started < 6.0
     finally:
         release.set()
     assert _wait_for(lambda: not _threads("slow"))

@@ -28,7 +28,7 @@ def buffer_threads(name: str = "") -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith(prefix) and t.is_alive()]
 
 
-def wait_for_no_buffer_threads(name: str = "", within: float = 5.0) -> list[threading.Thread]:
+def wait_for_no_buffer_threads(name: str = "", within: float = 20.0) -> list[threading.Thread]:
     """Poll (bounded) until no buffer thread is alive; returns the ones still alive at the deadline."""
     deadline = time.monotonic() + within
     while buffer_threads(name) and time.monotonic() < deadline:
