@@ -132,6 +132,11 @@ class ThreeItems(torch.utils.data.Dataset):
 
     def __getitem__(self, index):
         return {"index": torch.tensor(index)}
+
+
+class ThreeStream(torch.utils.data.IterableDataset):
+    def __iter__(self):
+        return iter({"index": torch.tensor(index)} for index in range(3))
 """
 
 
@@ -170,12 +175,12 @@ def test_a_missing_target_module_says_why_and_where_python_looked(tmp_path: Path
 
 @pytest.mark.parametrize("batches", [[], ["run.batches=5"]], ids=["epochs", "batches"])
 def test_a_run_that_draws_no_batch_fails_naming_the_fields(tmp_path: Path, batches: list[str]) -> None:
-    """3 items in batches of 8 with drop_last: exit 2 naming the length, batch size and drop_last;
-    no report and never ``batches/s None``."""
+    """A stream of 3 items (no ``len()``, so no check can see it coming) in batches of 8 with drop_last:
+    exit 2 naming the batch size and drop_last; no report and never ``batches/s None``."""
     result = _in_folder(
         tmp_path,
         "~dataset",
-        "+dataset={_target_: lf_three_items.ThreeItems}",
+        "+dataset={_target_: lf_three_items.ThreeStream}",
         "loader.batch_size=8",
         "loader.drop_last=true",
         "run.progress=false",
@@ -183,8 +188,26 @@ def test_a_run_that_draws_no_batch_fails_naming_the_fields(tmp_path: Path, batch
     )
     assert result.returncode == 2, result.stderr
     assert (
-        "loader: the run drew no batch: the dataset has 3 item(s), loader.batch_size=8, "
+        "loader: the run drew no batch: the dataset has an unknown number of items, loader.batch_size=8, "
         "loader.drop_last=true;" in result.stderr
     )
     assert "None" not in result.stdout + result.stderr
+    assert not (tmp_path / "run" / "report.json").exists()
+
+
+def test_an_empty_epoch_of_a_sized_target_dataset_is_refused_before_the_run(tmp_path: Path) -> None:
+    """3 items by ``len()`` in batches of 8 with drop_last: refused once built, before the first batch."""
+    result = _in_folder(
+        tmp_path,
+        "~dataset",
+        "+dataset={_target_: lf_three_items.ThreeItems}",
+        "loader.batch_size=8",
+        "loader.drop_last=true",
+        "run.progress=false",
+    )
+    assert result.returncode == 2, result.stderr
+    assert (
+        "loader.drop_last: an epoch has no batches: len(dataset)=3 items fewer than loader.batch_size=8"
+        in result.stderr
+    )
     assert not (tmp_path / "run" / "report.json").exists()
