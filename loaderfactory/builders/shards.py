@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import itertools
 import tarfile
 from pathlib import Path
 from typing import Any
@@ -86,7 +87,7 @@ def shards_tar_example(folder: Path) -> list[str]:
     """Contract setup: ``CONTRACT_LENGTH`` samples in 3 tar shards; ``index`` holds the id's digits
     (a field without a decoder stays bytes), ``npy`` a tensor of it."""
     bounds = np.linspace(0, CONTRACT_LENGTH, 4).astype(int)
-    for number, (first, end) in enumerate(zip(bounds[:-1], bounds[1:], strict=True)):
+    for number, (first, end) in enumerate(itertools.pairwise(bounds)):
         with tarfile.open(folder / f"train-{number:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as archive:
             for index in range(first, end):
                 _member(archive, f"s{index:04d}.index", str(index).encode())
@@ -96,8 +97,8 @@ def shards_tar_example(folder: Path) -> list[str]:
 
 def shards_parquet_example(folder: Path) -> list[str]:
     """Contract setup: ``CONTRACT_LENGTH`` rows in 2 Parquet shards, columns ``index`` and ``vector``."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type stubs
 
     half = CONTRACT_LENGTH // 2
     for number, ids in enumerate((range(half), range(half, CONTRACT_LENGTH))):

@@ -41,7 +41,7 @@ def on_rank_zero(work: Callable[[], T], what: str) -> T:
     if rank == 0:
         try:
             sent[0] = ("ok", work())
-        except Exception as err:  # re-raised below, after the other ranks have heard of it
+        except Exception as err:  # noqa: BLE001 - re-raised below, once the other ranks have heard of it
             failure = err
             sent[0] = ("failed", f"{type(err).__name__}: {err}")
     dist.broadcast_object_list(sent, src=0)

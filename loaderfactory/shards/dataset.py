@@ -10,9 +10,8 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
-from torch.utils.data import Dataset
-
 import numpy as np
+from torch.utils.data import Dataset
 
 from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.decode import Decode

@@ -40,13 +40,13 @@ class ShardsCacheSpec(Spec):
     """Where remote shards are kept on local disk, and how much of it they may take."""
 
     dir: str
-    """Local folder for fetched shards (created; shared safely by the ranks and workers of a machine)."""
+    """Local folder for fetched shards (created; shared by the ranks and workers of a machine)."""
     limit: Size | None = None
-    """Most bytes the cache holds, like 20GiB; least recently used shards are evicted past it; null: no bound."""
+    """Most bytes the cache holds, like 20GiB (least recently used shards go first); null: no bound."""
 
 
 def scheme_of(url: str) -> str:
-    """``s3`` for ``s3://b/k``, ``file`` for a local path or ``file://``; the part before ``://`` otherwise."""
+    """``s3`` for ``s3://b/k``, ``file`` for a local path or ``file://``; else what precedes ``://``."""
     scheme, sep, _ = url.partition("://")
     return scheme if sep else "file"
 
@@ -67,17 +67,19 @@ class ShardsDatasetSpec(Spec):
 
     kind: Literal["shards"] = "shards"
     urls: str | list[str]
-    """A list, a brace pattern (train-{000000..000127}.tar), a folder or prefix ending in / (s3://bucket/train/), or a local glob."""
+    """A list, a brace pattern (train-{000000..000127}.tar), a folder or prefix ending in /
+    (s3://bucket/train/), or a local glob."""
     format: Literal["auto", "tar", "parquet"] = "auto"
-    """Shard format; auto: by extension (.tar, .parquet); tar/parquet: checked against the URLs' extensions."""
+    """Shard format; auto: by extension (.tar, .parquet); tar or parquet: checked against the URLs."""
     index: str | None = None
     """The index file's URL; null: loaderfactory-shards.json beside the shards (built if absent)."""
     keys: list[str] = []
     """Fields every sample must have (a sample without one is an error naming its shard and key)."""
     decode: bool | list[str] = True
-    """true: decode by extension (npy, pt, json, txt, cls, jpg, ...); false: bytes; a list: only those extensions."""
+    """true: decode by extension (npy, pt, json, txt, cls, jpg, ...); false: bytes; a list: only
+    those extensions."""
     storage_options: dict[str, Any] = {}
-    """Remote storage settings (endpoint_url, key, secret, region, ...); else the AWS environment variables."""
+    """Remote storage settings (endpoint_url, key, secret, region, ...); else the AWS environment."""
     retries: Annotated[int, Field(ge=0, strict=True)] = 3
     """Retries of a failing remote read, with exponential backoff."""
     open_shards: Count = 4
@@ -92,7 +94,7 @@ class ShardsDatasetSpec(Spec):
     @field_validator("urls")
     @classmethod
     def _urls_readable(cls, urls: str | list[str]) -> str | list[str]:
-        """Non-empty, with a scheme we read (local, file://, s3://, gs://, http(s)://), its packages installed."""
+        """Non-empty; each URL of a scheme we read (local, file://, s3://, gs://, http(s)://)."""
         listed = [urls] if isinstance(urls, str) else urls
         if not listed or any(not url.strip() for url in listed):
             raise ValueError("must name at least one shard, folder or pattern; no empty URL")
