@@ -65,7 +65,9 @@ def test_window_order_is_a_pure_function_of_its_arguments(
     counts: list[int], seed: int, epoch: int, window: int
 ) -> None:
     """The same arguments give the same order (another process, another world size alike)."""
-    assert np.array_equal(window_order(counts, seed, epoch, window), window_order(counts, seed, epoch, window))
+    assert np.array_equal(
+        window_order(counts, seed, epoch, window), window_order(counts, seed, epoch, window)
+    )
 
 
 def test_epochs_and_seeds_give_other_orders_and_shard_orders() -> None:
@@ -136,6 +138,8 @@ def test_the_queue_fills_in_the_window_order(shards: list[str]) -> None:
     dataset = RecordingShards(shards, shuffle_window=3, open_shards=3)
     total = sum(COUNTS)
     queue = {"kind": "ram", "epoch_size": 2, "batch_size": 4, "capacity": total, "seed": 5}
-    with build_loader({"queue": queue, "loader": {"kind": "torch", "batch_size": None}}, dataset=dataset) as run:
+    with build_loader(
+        {"queue": queue, "loader": {"kind": "torch", "batch_size": None}}, dataset=dataset
+    ) as run:
         list(run)
     assert dataset.read[:total] == window_order(COUNTS, 5, 0, 3).tolist()
