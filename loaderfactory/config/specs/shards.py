@@ -18,6 +18,8 @@ REMOTE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aio
 import the shards package, which imports torch)."""
 SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
 REMOTE_EXTRA = 'pip install "loaderfactory[remote]"'
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
+"""What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
 
 
 def _size(value: Any) -> Any:
@@ -31,7 +33,9 @@ Size = Annotated[
     int,
     BeforeValidator(_size),
     Field(ge=1, strict=True),
-    WithJsonSchema({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]}),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+    ),
 ]
 """Bytes, written as a size string (``20GiB``, ``512MB``) or a whole number of bytes."""
 
@@ -87,7 +91,7 @@ class ShardsDatasetSpec(Spec):
     shuffle_window: Count = 1
     """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, opens more shards."""
     cache: ShardsCacheSpec | None = None
-    """Local cache of remote shards {dir, limit}; null: remote shards are read by range, not kept."""
+    """Local cache of remote shards {dir: a folder, limit: a size like 20GiB or null}; null: none."""
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
     """Samples ahead (per rank) whose shards are fetched into the cache in the background; needs cache."""
 
