@@ -208,3 +208,16 @@ def test_s3_shards_index_and_resume_exactly(s3: S3Server, fsspec_io_thread: None
         resumed.load_state_dict(state)
         after = _ids(resumed)
     assert before + after == epoch and Counter(epoch) == Counter(range(TOTAL))
+
+
+def test_format_reads_shards_named_otherwise(tmp_path: Path) -> None:
+    """``format: tar`` reads tar shards whose names do not end in ``.tar``; ``auto`` says it cannot tell."""
+    urls = []
+    for number, path in enumerate(write_tar_shards(tmp_path, COUNTS[:2])):
+        urls.append(str(Path(path).rename(tmp_path / f"shard-{number}.data")))
+    config = {"dataset": {"kind": "shards", "urls": urls, "format": "tar"}, "loader": {"kind": "torch"}}
+    with loaderfactory.build_loader(config) as loader:
+        assert sorted(_ids(loader)) == list(range(sum(COUNTS[:2])))
+    config["dataset"]["format"] = "auto"
+    with pytest.raises(ConfigError, match=r"dataset: .*shard-0\.data: unknown shard format"):
+        loaderfactory.build_loader(config)

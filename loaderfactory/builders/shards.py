@@ -43,6 +43,7 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             retries=spec.retries,
             open_shards=spec.open_shards,
             shuffle_window=spec.shuffle_window,
+            shard_format=spec.format,
             **extra,
         )
     except FileNotFoundError as err:
@@ -65,7 +66,7 @@ def index_shards(spec: ShardsDatasetSpec, progress: bool = True) -> tuple[str, l
         urls = expand_urls(spec.urls, storage)
     except (FileNotFoundError, ValueError) as err:
         raise ConfigError(ConfigProblem("dataset.urls", str(err))) from err
-    shards = build_index(urls, storage, progress=progress)
+    shards = build_index(urls, storage, progress=progress, forced=spec.format)
     where = spec.index or index_url(urls)
     save_index(shards, where, storage)
     return where, shards

@@ -57,6 +57,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         retries: retries of a failing remote read, with backoff.
         open_shards: how many shards stay open (a Parquet shard holds one decoded row group).
         shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`).
+        shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
+            ``"auto"``: by extension.
     """
 
     def __init__(
@@ -70,12 +72,14 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         retries: int = 3,
         open_shards: int = 4,
         shuffle_window: int = 1,
+        shard_format: str = "auto",
     ) -> None:
         if open_shards < 1:
             raise ValueError(f"open_shards must be ≥ 1, got {open_shards}")
         if shuffle_window < 1:
             raise ValueError(f"shuffle_window must be ≥ 1, got {shuffle_window}")
         self.storage = Storage(storage_options, retries)
+        self.shard_format = shard_format
         self.urls, self.shards = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
@@ -101,7 +105,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 index_url(self.urls),
                 len(self.urls),
             )
-            return build_index(self.urls, self.storage)
+            return build_index(self.urls, self.storage, forced=self.shard_format)
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
         absent = [url for url in self.urls if url not in known]

@@ -74,7 +74,7 @@ class ShardsDatasetSpec(Spec):
     """A list, a brace pattern (train-{000000..000127}.tar), a folder or prefix ending in /
     (s3://bucket/train/), or a local glob."""
     format: Literal["auto", "tar", "parquet"] = "auto"
-    """Shard format; auto: by extension (.tar, .parquet); tar or parquet: checked against the URLs."""
+    """Shard format; auto: by extension (.tar, .parquet); tar or parquet: also shards named otherwise."""
     index: str | None = None
     """The index file's URL; null: loaderfactory-shards.json beside the shards (built if absent)."""
     keys: list[str] = []
