@@ -28,9 +28,13 @@ def build(case: Case, tmp: Path, *extra: str) -> Loader:
 
 
 def tensors(item: Any) -> list[torch.Tensor]:
-    """Every tensor of an item or batch, in key order."""
+    """Every tensor of an item or batch, in key order; a string or bytes value (a shard sample's
+    ``__key__``, a field kept undecoded) as a tensor of its bytes."""
     if isinstance(item, dict):
         return [t for key in sorted(item) for t in tensors(item[key])]
+    if isinstance(item, str | bytes):
+        data = item.encode() if isinstance(item, str) else item
+        return [torch.tensor(list(data), dtype=torch.uint8)]
     return [torch.as_tensor(item)]
 
 

@@ -20,6 +20,7 @@ from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.prefetch import ThreadBufferSpec
 from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.config.specs.sharded import ShardedLoaderSpec
+from loaderfactory.config.specs.shards import ShardsDatasetSpec
 from loaderfactory.config.specs.stream import StreamWrapperSpec
 from loaderfactory.config.specs.transforms import (
     ComposeSpec,
@@ -43,6 +44,10 @@ folder = [
     Contract(builder("dataset", "tensor_folder_example")),
     Contract(builder("dataset", "tensor_folder_npy_example"), name="npy"),
 ]
+shards = [
+    Contract(builder("shards", "shards_tar_example"), name="tar"),
+    Contract(builder("shards", "shards_parquet_example"), name="parquet"),
+]
 ram = Contract(
     ["queue=ram", "queue.epoch_size=6", "queue.batch_size=4", "queue.capacity=8"], exact_resume=False
 )
@@ -65,6 +70,7 @@ register(
 register(
     "dataset", "tensor_folder", TensorFolderSpec, builder("dataset", "build_tensor_folder"), contract=folder
 )
+register("dataset", "shards", ShardsDatasetSpec, builder("shards", "build_shards"), contract=shards)
 register("dataset", "_target_", TargetDatasetSpec, builder("dataset", "build_target"))
 register("queue", "ram", QueueDatasetSpec, builder("queue", "build_ram_queue"), contract=ram)
 register("loader", "torch", TorchLoaderSpec, builder("loader", "build_torch_loader"), contract=torch_loader)

@@ -4,6 +4,7 @@ loaderfactory prefetch.buffer_size=4 run.batches=200
 loaderfactory -m prefetch.buffer_size=1,4,16          # one report per job, a summary, non-zero if any failed
 loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
 loaderfactory run.mode=schema > loaderfactory.schema.json
+loaderfactory run.mode=index dataset=shards dataset.urls='s3://bucket/train/'  # writes the shards' index
 
 ``validate``, ``schema`` and ``--help`` import no torch and write no output folder.
 """
@@ -25,7 +26,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from loaderfactory.config import registry
 from loaderfactory.config.specs.pipeline import LoaderSpec
-from loaderfactory.errors import ConfigError
+from loaderfactory.errors import ConfigError, ConfigProblem
 from loaderfactory.hydra.argv import open_config_keys, put_cwd_on_path, shown_overrides, with_light_overrides
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
 from loaderfactory.hydra.job import INTERRUPTED_EXIT, Interrupted, run_job
@@ -68,6 +69,9 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         if spec.run.mode == "plan":
             _plan(spec)
             return None
+        if spec.run.mode == "index":
+            _index(spec)
+            return None
         summary = run_job(spec, Path(HydraConfig.get().runtime.output_dir), _say)
     except ConfigError as err:
         _refuse(err)
@@ -90,6 +94,21 @@ def _plan(spec: LoaderSpec) -> None:
 
     with build_loader(spec) as loader:
         _say(f"config OK: {_slots(spec)}\n{format_plan(make_plan(loader))}")
+
+
+def _index(spec: LoaderSpec) -> None:
+    """Read every shard of ``dataset: shards`` once and write their index; say where and the counts."""
+    from loaderfactory.config.specs.shards import ShardsDatasetSpec
+
+    if not isinstance(spec.dataset, ShardsDatasetSpec):
+        kind = getattr(spec.dataset, "kind", "custom" if spec.dataset is not None else None)
+        message = f"run.mode=index indexes shards: set dataset=shards dataset.urls=... (dataset is {kind})"
+        raise ConfigError(ConfigProblem("run.mode", message))
+    from loaderfactory.builders.shards import index_shards
+
+    where, shards = index_shards(spec.dataset, progress=spec.run.progress)
+    samples, size = sum(s.samples for s in shards), sum(s.bytes for s in shards)
+    _say(f"wrote {where}: {len(shards)} shard(s), {samples} sample(s), {size} bytes")
 
 
 def _slots(spec: LoaderSpec) -> str:

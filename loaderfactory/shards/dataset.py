@@ -10,11 +10,14 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from typing import Any, Protocol
 
+import numpy as np
 from torch.utils.data import Dataset
 
+from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.decode import Decode
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
+from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.tar_format import TarShard
@@ -39,7 +42,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
     Sample ``i`` is found by a bisect over the shards' cumulative sample counts; its shard is opened
     on first use (tar headers or the Parquet footer only) and kept among the ``open_shards`` most
     recently used. A sample is a dict of its decoded fields plus ``__key__`` and ``__url__``.
-    Picklable: worker processes get no open shards and open their own.
+    Picklable: worker processes get no open shards and open their own. Under an initialised
+    ``torch.distributed`` group only rank 0 lists the shards and reads (or builds) the index, and
+    broadcasts them to the other ranks.
 
     Args:
         urls: a list, a brace pattern, a folder or prefix ending in ``/``, or a local glob
@@ -51,6 +56,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
         open_shards: how many shards stay open (a Parquet shard holds one decoded row group).
+        shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`).
+        shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
+            ``"auto"``: by extension.
     """
 
     def __init__(
@@ -63,18 +71,29 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         storage_options: dict[str, Any] | None = None,
         retries: int = 3,
         open_shards: int = 4,
+        shuffle_window: int = 1,
+        shard_format: str = "auto",
     ) -> None:
         if open_shards < 1:
             raise ValueError(f"open_shards must be ≥ 1, got {open_shards}")
+        if shuffle_window < 1:
+            raise ValueError(f"shuffle_window must be ≥ 1, got {shuffle_window}")
         self.storage = Storage(storage_options, retries)
-        self.urls = expand_urls(urls, self.storage)
-        if not self.urls:
-            raise FileNotFoundError(f"{urls!r}: matched no shards")
-        self.shards = self._index(index)
+        self.shard_format = shard_format
+        self.urls, self.shards = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
+        self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
         self._open: OrderedDict[int, Shard] = OrderedDict()
         self._lock = threading.Lock()
+
+    def _find(
+        self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None
+    ) -> tuple[list[str], list[ShardInfo]]:
+        self.urls = expand_urls(urls, self.storage)
+        if not self.urls:
+            raise FileNotFoundError(f"{urls!r}: matched no shards")
+        return self.urls, self._index(index)
 
     def _index(self, index: str | Sequence[ShardInfo] | None) -> list[ShardInfo]:
         if index is None:
@@ -86,7 +105,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 index_url(self.urls),
                 len(self.urls),
             )
-            return build_index(self.urls, self.storage)
+            return build_index(self.urls, self.storage, forced=self.shard_format)
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
         absent = [url for url in self.urls if url not in known]
@@ -99,6 +118,14 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
+
+    def epoch_order(self, seed: int, epoch: int) -> list[int]:
+        """The shuffled order of an epoch: shards permuted, samples mixed within ``shuffle_window``
+        shards at a time (:func:`~loaderfactory.shards.order.window_order`); the order engine's
+        ``OrderedDataset`` protocol, so ``shuffle: true`` on every kind follows it."""
+        counts = [info.samples for info in self.shards]
+        order: np.ndarray = window_order(counts, seed, epoch, self.shuffle_window)
+        return order.tolist()  # type: ignore[no-any-return]  # a list of int
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, sample number inside it) of global sample ``index``."""

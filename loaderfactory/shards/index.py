@@ -39,17 +39,19 @@ class ShardInfo:
     bytes: int
 
 
-def shard_format(url: str) -> str:
-    """``"tar"`` or ``"parquet"`` from the URL's extension."""
+def shard_format(url: str, forced: str = "auto") -> str:
+    """``"tar"`` or ``"parquet"`` from the URL's extension; ``forced`` (not ``"auto"``) wins."""
+    if forced != "auto":
+        return forced
     for suffix, name in FORMATS.items():
         if url.endswith(suffix):
             return name
     raise ShardError(f"{url}: unknown shard format; shard names end in {' or '.join(FORMATS)}")
 
 
-def describe_shard(storage: Storage, url: str) -> ShardInfo:
+def describe_shard(storage: Storage, url: str, forced: str = "auto") -> ShardInfo:
     """Read the shard at ``url`` once (a tar's headers, a Parquet footer) and describe it."""
-    fmt = shard_format(url)
+    fmt = shard_format(url, forced)
     samples = len(scan_tar(storage, url)) if fmt == "tar" else count_parquet_rows(storage, url)
     return ShardInfo(url, fmt, samples, storage.size(url))
 
@@ -60,10 +62,13 @@ class _ProgressBar(tqdm):  # type: ignore[type-arg]  # holds shard URLs; only th
     monitor_interval = 0
 
 
-def build_index(urls: Sequence[str], storage: Storage, progress: bool = True) -> list[ShardInfo]:
-    """Describe every shard, in order, with a progress bar on stderr (``progress=False``: none)."""
+def build_index(
+    urls: Sequence[str], storage: Storage, progress: bool = True, forced: str = "auto"
+) -> list[ShardInfo]:
+    """Describe every shard, in order, with a progress bar on stderr (``progress=False``: none);
+    ``forced``: ``"tar"`` or ``"parquet"`` whatever the extension."""
     with _ProgressBar(urls, desc="indexing shards", unit="shard", disable=not progress) as bar:
-        return [describe_shard(storage, url) for url in bar]
+        return [describe_shard(storage, url, forced) for url in bar]
 
 
 def index_url(urls: Sequence[str]) -> str:

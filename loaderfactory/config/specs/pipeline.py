@@ -19,8 +19,9 @@ HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
 class RunSpec(Spec):
     """What the ``loaderfactory`` command does with the loader it built."""
 
-    mode: Literal["run", "validate", "plan", "schema"] = "run"
-    """`run` draws and reports; `validate` checks; `plan` prints what would run and hold; `schema`."""
+    mode: Literal["run", "validate", "plan", "schema", "index"] = "run"
+    """`run` draws and reports; `validate` checks; `plan` prints what would run and hold; `schema`;
+    `index` writes the index of `dataset: shards`."""
     batches: Count | None = None
     """Batches to draw, across epochs; null runs `epochs` full epochs."""
     epochs: Count = 1

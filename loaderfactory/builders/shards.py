@@ -1,0 +1,108 @@
+"""Builder of the ``shards`` dataset, the ``run.mode=index`` job, and the kind's contract data."""
+
+from __future__ import annotations
+
+import io
+import itertools
+import tarfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loaderfactory.builders import BuildContext
+from loaderfactory.config.registry import CONTRACT_LENGTH
+from loaderfactory.config.specs.shards import REMOTE_EXTRA, ShardsDatasetSpec
+from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.shards import (
+    ShardInfo,
+    ShardsDataset,
+    Storage,
+    build_index,
+    expand_urls,
+    index_url,
+    save_index,
+)
+from loaderfactory.shards.errors import StorageError
+
+
+def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext) -> ShardsDataset:
+    """A :class:`ShardsDataset` from the spec; a missing shard or index is reported at its field."""
+    extra: dict[str, Any] = {}  # the cache's arguments, passed only when set
+    if spec.cache is not None:
+        extra.update(cache_dir=spec.cache.dir, cache_limit=spec.cache.limit)
+    if spec.predownload:
+        extra["predownload"] = spec.predownload
+    try:
+        return ShardsDataset(
+            spec.urls,
+            index=spec.index,
+            keys=spec.keys,
+            decode=spec.decode,
+            storage_options=spec.storage_options,
+            retries=spec.retries,
+            open_shards=spec.open_shards,
+            shuffle_window=spec.shuffle_window,
+            shard_format=spec.format,
+            **extra,
+        )
+    except FileNotFoundError as err:
+        field = "dataset.index" if spec.index is not None and spec.index in str(err) else "dataset.urls"
+        raise ConfigError(ConfigProblem(field, f"{err}; check the URL (and the bucket)")) from err
+    except ImportError as err:
+        raise ConfigError(ConfigProblem("dataset.urls", f"{err} ({REMOTE_EXTRA})")) from err
+    except (ValueError, StorageError) as err:  # a brace pattern, a stale index, storage that keeps failing
+        raise ConfigError(ConfigProblem("dataset", str(err))) from err
+
+
+def index_shards(spec: ShardsDatasetSpec, progress: bool = True) -> tuple[str, list[ShardInfo]]:
+    """``run.mode=index``: read every shard once (a progress bar on stderr) and write their index.
+
+    Written to ``spec.index``, else ``loaderfactory-shards.json`` in the shards' folder. Returns
+    where it was written and the shards it lists.
+    """
+    storage = Storage(spec.storage_options, spec.retries)
+    try:
+        urls = expand_urls(spec.urls, storage)
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(ConfigProblem("dataset.urls", str(err))) from err
+    shards = build_index(urls, storage, progress=progress, forced=spec.format)
+    where = spec.index or index_url(urls)
+    save_index(shards, where, storage)
+    return where, shards
+
+
+def _member(archive: tarfile.TarFile, name: str, data: bytes) -> None:
+    info = tarfile.TarInfo(name)
+    info.size = len(data)
+    archive.addfile(info, io.BytesIO(data))
+
+
+def _npy(value: int) -> bytes:
+    out = io.BytesIO()
+    np.save(out, np.full(2, value, dtype=np.float32), allow_pickle=False)
+    return out.getvalue()
+
+
+def shards_tar_example(folder: Path) -> list[str]:
+    """Contract setup: ``CONTRACT_LENGTH`` samples in 3 tar shards; ``index`` holds the id's digits
+    (a field without a decoder stays bytes), ``npy`` a tensor of it."""
+    bounds = np.linspace(0, CONTRACT_LENGTH, 4).astype(int)
+    for number, (first, end) in enumerate(itertools.pairwise(bounds)):
+        with tarfile.open(folder / f"train-{number:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as archive:
+            for index in range(first, end):
+                _member(archive, f"s{index:04d}.index", str(index).encode())
+                _member(archive, f"s{index:04d}.npy", _npy(index))
+    return ["dataset=shards", f"dataset.urls='{folder}/train-{{000..002}}.tar'"]
+
+
+def shards_parquet_example(folder: Path) -> list[str]:
+    """Contract setup: ``CONTRACT_LENGTH`` rows in 2 Parquet shards, columns ``index`` and ``vector``."""
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type stubs
+
+    half = CONTRACT_LENGTH // 2
+    for number, ids in enumerate((range(half), range(half, CONTRACT_LENGTH))):
+        table = pa.table({"index": list(ids), "vector": [[float(i), -float(i)] for i in ids]})
+        pq.write_table(table, folder / f"part-{number}.parquet", row_group_size=8)
+    return ["dataset=shards", f"dataset.urls={folder}/", "dataset.shuffle_window=2"]

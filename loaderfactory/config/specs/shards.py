@@ -1,0 +1,164 @@
+"""Spec of the ``shards`` dataset: webdataset tar or Parquet shards on a local disk or in object storage.
+
+Validation only looks: it imports neither torch nor fsspec, and checks that optional packages are
+installed with ``importlib.util.find_spec`` (which imports nothing).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from typing import Annotated, Any, Literal
+
+from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
+
+from loaderfactory.config.specs.base import Count, Spec, broken_rules, parse_size
+
+REMOTE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
+"""Remote schemes and the package each needs besides fsspec; mirrors ``shards.storage`` (specs never
+import the shards package, which imports torch)."""
+SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
+REMOTE_EXTRA = 'pip install "loaderfactory[remote]"'
+SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
+"""What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
+
+
+def _size(value: Any) -> Any:
+    """``"20GiB"`` → bytes; a plain int is bytes already."""
+    if isinstance(value, str):
+        return int(parse_size(value))
+    return value
+
+
+Size = Annotated[
+    int,
+    BeforeValidator(_size),
+    Field(ge=1, strict=True),
+    WithJsonSchema(
+        {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
+    ),
+]
+"""Bytes, written as a size string (``20GiB``, ``512MB``) or a whole number of bytes."""
+
+
+class ShardsCacheSpec(Spec):
+    """Where remote shards are kept on local disk, and how much of it they may take."""
+
+    dir: str
+    """Local folder for fetched shards (created; shared by the ranks and workers of a machine)."""
+    limit: Size | None = None
+    """Most bytes the cache holds, like 20GiB (least recently used shards go first); null: no bound."""
+
+
+def scheme_of(url: str) -> str:
+    """``s3`` for ``s3://b/k``, ``file`` for a local path or ``file://``; else what precedes ``://``."""
+    scheme, sep, _ = url.partition("://")
+    return scheme if sep else "file"
+
+
+class ShardsDatasetSpec(Spec):
+    """Samples of webdataset ``.tar`` or Parquet shards, local or remote (s3://, gs://, http(s)://).
+
+    A map-style dataset over the shards' index (``loaderfactory-shards.json`` beside them; built and
+    saved by ``run.mode=index``, else built on the fly): ``len()`` is exact, every queue/loader kind
+    works over it, and ``shuffle: true`` follows its own order (shards permuted per epoch, samples
+    mixed within ``shuffle_window`` shards). ``urls``, ``index`` and ``storage_options`` may change on
+    resume (the same shards, moved).
+    """
+
+    location_fields = frozenset({"urls", "index"})
+    # None of these changes which samples an epoch reads or in which order.
+    speed_only = frozenset({"storage_options", "retries", "open_shards", "cache", "predownload"})
+
+    kind: Literal["shards"] = "shards"
+    urls: str | list[str]
+    """A list, a brace pattern (train-{000000..000127}.tar), a folder or prefix ending in /
+    (s3://bucket/train/), or a local glob."""
+    format: Literal["auto", "tar", "parquet"] = "auto"
+    """Shard format; auto: by extension (.tar, .parquet); tar or parquet: also shards named otherwise."""
+    index: str | None = None
+    """The index file's URL; null: loaderfactory-shards.json beside the shards (built if absent)."""
+    keys: list[str] = []
+    """Fields every sample must have (a sample without one is an error naming its shard and key)."""
+    decode: bool | list[str] = True
+    """true: decode by extension (npy, pt, json, txt, cls, jpg, ...); false: bytes; a list: only
+    those extensions."""
+    storage_options: dict[str, Any] = {}
+    """Remote storage settings (endpoint_url, key, secret, region, ...); else the AWS environment."""
+    retries: Annotated[int, Field(ge=0, strict=True)] = 3
+    """Retries of a failing remote read, with exponential backoff."""
+    open_shards: Count = 4
+    """Shards kept open at once per process; at least shuffle_window."""
+    shuffle_window: Count = 1
+    """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, opens more shards."""
+    cache: ShardsCacheSpec | None = None
+    """Local cache of remote shards {dir: a folder, limit: a size like 20GiB or null}; null: none."""
+    predownload: Annotated[int, Field(ge=0, strict=True)] = 0
+    """Samples ahead (per rank) whose shards are fetched into the cache in the background; needs cache."""
+
+    @field_validator("urls")
+    @classmethod
+    def _urls_readable(cls, urls: str | list[str]) -> str | list[str]:
+        """Non-empty; each URL of a scheme we read (local, file://, s3://, gs://, http(s)://)."""
+        listed = [urls] if isinstance(urls, str) else urls
+        if not listed or any(not url.strip() for url in listed):
+            raise ValueError("must name at least one shard, folder or pattern; no empty URL")
+        for url in listed:
+            scheme = scheme_of(url)
+            if scheme != "file" and scheme not in REMOTE_PACKAGES:
+                known = ", ".join(f"{s}://" for s in REMOTE_PACKAGES)
+                raise ValueError(
+                    f"{url!r}: unsupported scheme {scheme!r}; use a local path, file://, {known}"
+                )
+            missing = [p for p in ("fsspec", REMOTE_PACKAGES.get(scheme)) if p and not _installed(p)]
+            if scheme != "file" and missing:
+                raise ValueError(
+                    f"{url!r}: {scheme}:// URLs need {' and '.join(missing)}, not installed: {REMOTE_EXTRA}"
+                )
+        return urls
+
+    @field_validator("decode")
+    @classmethod
+    def _bare_extensions(cls, decode: bool | list[str]) -> bool | list[str]:
+        """Extensions are written without their dot: ``[npy, json]``."""
+        if isinstance(decode, list):
+            dotted = [ext for ext in decode if ext.startswith(".") or not ext]
+            if dotted:
+                raise ValueError(f"write extensions without a dot, e.g. [npy, json]; got {dotted[0]!r}")
+        return decode
+
+    @model_validator(mode="after")
+    def _fields_agree(self) -> ShardsDatasetSpec:
+        """The format matches the URLs and is readable; enough shards stay open for the window."""
+        problems = self._format_problems()
+        if self.open_shards < self.shuffle_window:
+            message = (
+                f"must be ≥ shuffle_window ({self.shuffle_window}): a window's samples come from all its"
+                f" shards, fewer open ones reopen shards constantly; set open_shards={self.shuffle_window}"
+            )
+            problems.append(("open_shards", message, self.open_shards))
+        if self.predownload and self.cache is None:
+            message = "fetches shards into the cache, but cache is null; set cache.dir or drop predownload"
+            problems.append(("predownload", message, self.predownload))
+        if problems:
+            raise broken_rules(type(self).__name__, problems)
+        return self
+
+    def _format_problems(self) -> list[tuple[str, str, Any]]:
+        listed = [self.urls] if isinstance(self.urls, str) else self.urls
+        problems: list[tuple[str, str, Any]] = []
+        for number, url in enumerate(listed):
+            found = next((f for ext, f in SHARD_EXTENSIONS.items() if url.endswith(ext)), None)
+            if found and self.format != "auto" and found != self.format:
+                path = "urls" if isinstance(self.urls, str) else f"urls.{number}"
+                message = f"is a {found} shard but format is {self.format}; set format: auto or {found}"
+                problems.append((path, message, url))
+        parquet = self.format == "parquet" or any(url.endswith(".parquet") for url in listed)
+        if parquet and not _installed("pyarrow"):
+            problems.append(
+                ("format", 'Parquet shards need pyarrow: pip install "loaderfactory[parquet]"', self.format)
+            )
+        return problems
+
+
+def _installed(package: str) -> bool:
+    return importlib.util.find_spec(package) is not None
