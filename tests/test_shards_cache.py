@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gc
+import multiprocessing
 import os
 from collections import Counter
 from pathlib import Path
@@ -62,20 +63,28 @@ def _cached(cache_dir: Path) -> list[str]:
 def test_two_workers_fetch_each_shard_once(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two worker processes reading every shard (shuffled) fetch each shard once, and reuse it."""
+    """Two worker processes asking for the same shard at the same moment fetch it once, and reuse it."""
     urls = _put_shards(s3, "cache/once", COUNTS[:3])
     fetches, holds = tmp_path / "fetches.log", tmp_path / "holds.log"
     _log_calls(monkeypatch, "_download", fetches)
     _log_calls(monkeypatch, "hold", holds)
+    together = multiprocessing.get_context("fork").Barrier(2)
+    logged_hold, first_hold = ShardCache.hold, []
+
+    def hold_together(self: ShardCache, url: str) -> object:
+        if not first_hold:  # each forked worker's first open of a shard starts with the other's
+            first_hold.append(url)
+            together.wait(timeout=60)
+        return logged_hold(self, url)
+
+    monkeypatch.setattr(ShardCache, "hold", hold_together)
     options = {"storage_options": s3.storage_options, "cache_dir": str(tmp_path / "cache")}
     dataset = ShardsDataset(urls, open_shards=1, **options)  # type: ignore[arg-type]
-    loader = DataLoader(
-        dataset, batch_size=2, shuffle=True, num_workers=2, generator=torch.Generator().manual_seed(1)
-    )
+    loader = DataLoader(dataset, batch_size=2, num_workers=2)  # batches 0 and 1 both in shard 0
     assert _ids(loader) == Counter(range(sum(COUNTS[:3])))
     assert Counter(url for _, url in _logged(fetches)) == Counter(urls)
     readers = {url: {pid for pid, held in _logged(holds) if held == url} for url in urls}
-    assert any(len(pids) == 2 for pids in readers.values()), readers  # both workers read one shard
+    assert all(len(pids) == 2 for pids in readers.values()), readers  # each shard read by both
 
 
 def test_lru_eviction_stays_within_limit_and_spares_a_held_shard(s3: S3Server, tmp_path: Path) -> None:
