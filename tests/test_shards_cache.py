@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 from s3_server import S3Server
-from shards_data import id_samples, tar_bytes, write_tar_shards
+from shards_data import id_samples, parquet_bytes, tar_bytes, write_tar_shards
 from torch.utils.data import DataLoader
 
 from loaderfactory.shards import CacheError, ShardError, ShardInfo, ShardsDataset, Storage, StorageError
@@ -260,3 +260,39 @@ def test_a_corrupt_cached_shard_is_named_by_its_url(s3: S3Server, tmp_path: Path
     )
     with pytest.raises(ShardError, match=rf"{url} \(cached as .*\.train-000000\.tar\): truncated tar"):
         dataset[0]
+
+
+def test_parquet_shards_read_through_the_cache(s3: S3Server, tmp_path: Path) -> None:
+    """Parquet shards are fetched whole and read from the local copy: every id once, one fetch each."""
+    storage, urls = Storage(s3.storage_options), [s3.url(f"cache/pq/part-{n}.parquet") for n in range(2)]
+    storage.write(urls[0], parquet_bytes(0, 9))
+    storage.write(urls[1], parquet_bytes(9, 5))
+    dataset = ShardsDataset(urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"))
+    assert [dataset[i]["id"] for i in range(len(dataset))] == list(range(14))
+    assert dataset.cache is not None and dataset.cache.fetched == 2
+    dataset.close()
+
+
+def test_a_transient_error_during_a_fetch_is_retried_and_counted(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection reset while fetching into the cache is retried; ``dataset.retried`` reports it."""
+    import s3fs
+
+    urls = _put_shards(s3, "cache/flaky", [3, 2])
+    real, failures = s3fs.S3FileSystem._cat_file, [ConnectionResetError("connection reset by peer")]
+
+    async def flaky(*args: object, **kwargs: object) -> object:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    index = build_index(urls, Storage(s3.storage_options), progress=False)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", flaky)  # bound by filesystems made from now
+    dataset = ShardsDataset(
+        urls, index=index, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), retries=2
+    )
+    dataset.storage.backoff_s = 0.01
+    assert [int(dataset[i]["cls"]) for i in range(len(dataset))] == list(range(5))
+    assert dataset.retried == 1 and not failures
+    dataset.close()
