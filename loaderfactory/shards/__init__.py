@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.dataset import ShardsDataset
-from loaderfactory.shards.errors import ShardError, StorageError
+from loaderfactory.shards.errors import CacheError, ShardError, StorageError
 from loaderfactory.shards.index import (
     INDEX_FORMAT,
     INDEX_NAME,
@@ -20,6 +21,8 @@ from loaderfactory.shards.urls import expand_braces, expand_urls
 __all__ = [
     "INDEX_FORMAT",
     "INDEX_NAME",
+    "CacheError",
+    "ShardCache",
     "ShardError",
     "ShardInfo",
     "ShardsDataset",

@@ -5,35 +5,28 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
+import os
 import threading
 from collections import OrderedDict
 from collections.abc import Collection, Sequence
-from typing import Any, Protocol
+from typing import Any
 
-import numpy as np
 from torch.utils.data import Dataset
 
 from loaderfactory.shards.broadcast import on_rank_zero
+from loaderfactory.shards.cache import ShardCache, human_bytes
+from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
-from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.predownload import Predownloader
+from loaderfactory.shards.storage import Storage, is_remote
 from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.urls import expand_urls
 
 log = logging.getLogger(__name__)
-
-
-class Shard(Protocol):
-    """An opened shard: its sample count and its samples by local index."""
-
-    def __len__(self) -> int: ...
-
-    def sample(self, index: int) -> dict[str, Any]: ...
-
-    def close(self) -> None: ...
 
 
 class ShardsDataset(Dataset[dict[str, Any]]):
@@ -59,6 +52,17 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`).
         shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
             ``"auto"``: by extension.
+        cache_dir: a local folder to fetch remote shards into, whole, before reading them (shared
+            safely by the ranks and workers of a machine); None: remote shards are read by byte
+            ranges. Local shards are always read in place. See :class:`ShardCache`.
+        cache_limit: the most bytes of shards the cache keeps (least recently used evicted first,
+            never a shard open anywhere on the machine); None: no bound.
+        predownload: how many samples ahead to fetch the shards of, on background threads
+            (needs ``cache_dir``; the rule is in :mod:`loaderfactory.shards.predownload`).
+
+    Attributes:
+        visit_order: the order the coming reads follow (global sample indices), for ``predownload``;
+            None: stored order. Set by whoever computes the epoch's order in this process.
     """
 
     def __init__(
@@ -73,19 +77,44 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         open_shards: int = 4,
         shuffle_window: int = 1,
         shard_format: str = "auto",
+        cache_dir: str | None = None,
+        cache_limit: int | None = None,
+        predownload: int = 0,
     ) -> None:
         if open_shards < 1:
             raise ValueError(f"open_shards must be ≥ 1, got {open_shards}")
         if shuffle_window < 1:
             raise ValueError(f"shuffle_window must be ≥ 1, got {shuffle_window}")
+        if predownload < 0 or (predownload and cache_dir is None):
+            raise ValueError(
+                f"predownload={predownload}: must be ≥ 0 and needs cache.dir (shards are fetched "
+                "ahead into the cache); set cache.dir or predownload=0"
+            )
         self.storage = Storage(storage_options, retries)
         self.shard_format = shard_format
+        self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
         self.urls, self.shards = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
         self._open: OrderedDict[int, Shard] = OrderedDict()
         self._lock = threading.Lock()
+        self.predownload = predownload
+        self.visit_order: Sequence[int] | None = None
+        self._predownloader: Predownloader | None = None
+        self._check_cache_limit()
+
+    def _check_cache_limit(self) -> None:
+        """Refuse a cache limit below the largest remote shard before anything is fetched."""
+        remote = [info for info in self.shards if is_remote(info.url)]
+        if self.cache is not None and self.cache.limit is not None and remote:
+            largest = max(remote, key=lambda info: info.bytes)
+            self.cache.check_fits(largest.url, largest.bytes)
+
+    @property
+    def retried(self) -> int:
+        """Remote reads retried after a transient error, in this process."""
+        return self.storage.retried
 
     def _find(
         self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None
@@ -124,8 +153,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         shards at a time (:func:`~loaderfactory.shards.order.window_order`); the order engine's
         ``OrderedDataset`` protocol, so ``shuffle: true`` on every kind follows it."""
         counts = [info.samples for info in self.shards]
-        order: np.ndarray = window_order(counts, seed, epoch, self.shuffle_window)
-        return order.tolist()  # type: ignore[no-any-return]  # a list of int
+        order: list[int] = window_order(counts, seed, epoch, self.shuffle_window).tolist()
+        self.visit_order = order  # what predownload fetches ahead by, in this process
+        return order
 
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, sample number inside it) of global sample ``index``."""
@@ -135,9 +165,13 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return shard, index - (self._ends[shard - 1] if shard else 0)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
-        shard, local = self.locate(index if index >= 0 else index + len(self))
+        position = index if index >= 0 else index + len(self)
+        shard, local = self.locate(position)
         url = self.shards[shard].url
-        sample = self._shard(shard).sample(local)
+        opened = self._shard(shard)
+        if self.predownload:  # after the open: the shard in use is held, so fetches ahead spare it
+            self._predownload(position)
+        sample = opened.sample(local)
         absent = [key for key in self.keys if key not in sample]
         if absent:
             raise ShardError(
@@ -153,10 +187,11 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             if shard is not None:
                 self._open.move_to_end(number)
                 return shard
+            # Close the least recently used first: a cached one then makes room for this one.
+            while len(self._open) >= self.open_shards:
+                self._open.popitem(last=False)[1].close()
             info = self.shards[number]
-            opened: Shard = (TarShard if info.format == "tar" else ParquetShard)(
-                self.storage, info.url, self.decode
-            )
+            opened = self._open_shard(info)
             if len(opened) != info.samples:
                 opened.close()
                 raise ShardError(
@@ -164,19 +199,55 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                     " the shard changed since it was indexed: index it again"
                 )
             self._open[number] = opened
-            while len(self._open) > self.open_shards:
-                self._open.popitem(last=False)[1].close()
             return opened
 
+    def _open_shard(self, info: ShardInfo) -> Shard:
+        """The shard of ``info``: from the cache when there is one and it is remote, else in place."""
+        format_class = TarShard if info.format == "tar" else ParquetShard
+        if self.cache is None or not is_remote(info.url):
+            return format_class(self.storage, info.url, self.decode)
+        held = self.cache.hold(info.url)
+        return CachedShard(held, info.url, lambda path: format_class(self.storage, path, self.decode))
+
+    def _predownload(self, index: int) -> None:
+        """Fetch the shards of the samples after ``index`` in the background (``predownload``)."""
+        with self._lock:
+            loader = self._predownloader
+            if loader is None or loader.pid != os.getpid():  # none yet, or the parent's in a fork
+                if loader is not None:
+                    loader.close()
+                loader = self._predownloader = self._new_predownloader()
+        if loader is not None:
+            loader.advance(index, self.visit_order)
+
+    def _new_predownloader(self) -> Predownloader | None:
+        """A predownloader fetching as many shards ahead as fit beside the one in use, if any."""
+        assert self.cache is not None  # checked in __init__: predownload needs a cache
+        largest = max(info.bytes for info in self.shards) or 1
+        room = len(self.shards) if self.cache.limit is None else self.cache.limit // largest - 1
+        if room < 1:
+            self.predownload = 0
+            log.info(
+                "predownload off: cache.limit %s holds a single shard of %s",
+                human_bytes(self.cache.limit or 0),
+                human_bytes(largest),
+            )
+            return None
+        urls = [info.url for info in self.shards]
+        return Predownloader(self.cache, urls, self._ends, self.predownload, room)
+
     def close(self) -> None:
-        """Close the open shards (they reopen on the next sample)."""
+        """Close the open shards (they reopen on the next sample) and stop predownload threads."""
         with self._lock:
             while self._open:
                 self._open.popitem()[1].close()
+            loader, self._predownloader = self._predownloader, None
+        if loader is not None:
+            loader.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        state["_open"], state["_lock"] = OrderedDict(), None
+        state["_open"], state["_lock"], state["_predownloader"] = OrderedDict(), None, None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -12,3 +12,8 @@ class ShardError(LoaderFactoryError, ValueError):
 
 class StorageError(LoaderFactoryError, OSError):
     """Storage that kept failing after the retries (a server that went away, a network outage)."""
+
+
+class CacheError(LoaderFactoryError, OSError):
+    """A shards cache that cannot work: a folder that is not writable, a full disk, shards evicted
+    before they could be read."""

@@ -1,0 +1,260 @@
+"""A local disk cache of remote shards, shared by every rank and worker process on one machine.
+
+Each remote shard becomes one file ``<16 hex digits of sha1(url)>.<its name>`` in the cache folder,
+beside an empty lock file ``.<that name>.lock``. Processes coordinate with ``flock`` locks only:
+
+- fetch: take the shard's lock file exclusively; a shard already there is reused, else it is written
+  to ``.<name>.partial`` and renamed into place (atomic), so a second process waits, then reuses it;
+  a failed fetch removes its partial file;
+- use: the cached file is held open with a shared lock while its shard is open
+  (:meth:`ShardCache.hold`); each use touches it (its mtime orders the LRU);
+- evict: before a fetch, least recently used first until the new shard fits ``limit``; only files
+  that take an exclusive non-blocking lock (open nowhere on the machine), only names of the
+  pattern above. Local and ``file://`` shards never enter the cache: they are read in place.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from loaderfactory.shards.errors import CacheError
+from loaderfactory.shards.storage import Storage, is_remote, split_scheme
+
+CHUNK_BYTES = 8 << 20
+"""A fetch reads its shard in ranges of this size, each retried by Storage on its own."""
+HOLD_ATTEMPTS = 5
+"""How often :meth:`ShardCache.hold` fetches again a shard evicted between its fetch and its lock."""
+_CACHED_NAME = re.compile(r"^[0-9a-f]{16}\.[^/]+$")
+log = logging.getLogger(__name__)
+
+
+def human_bytes(count: int) -> str:
+    """``"1.5 MiB"``-style text of a byte count."""
+    value, unit = float(count), "bytes"
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if value < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({count} bytes)"
+
+
+class HeldShard:
+    """A shard's local path, kept from eviction while this is open (a shared lock on the cached file).
+
+    ``close()`` closes the descriptor and never unlocks explicitly: a worker process forked while
+    the shard was held shares the lock, and an explicit unlock there would release the parent's.
+    """
+
+    def __init__(self, path: str, fd: int | None) -> None:
+        self.path, self._fd = path, fd
+
+    def close(self) -> None:
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
+
+
+class ShardCache:
+    """Fetches remote shards whole into ``dir`` and evicts the least recently used past ``limit``.
+
+    Safe to share between threads, and between processes on one machine (ranks, DataLoader
+    workers) through file locks. The counters (``fetched``, ``hits``, ``evicted``,
+    ``bytes_fetched``) count this process's work.
+
+    Args:
+        dir: the cache folder; created if absent. Checked writable now.
+        limit: the most bytes of shards to keep, None for no bound. Shards in use are never evicted,
+            so the cache can pass ``limit`` while more than ``limit`` of shards are held open
+            (logged); shards being fetched at that moment also come on top of it.
+        storage: reads the remote shards (its ``retries`` apply to each range read).
+    """
+
+    def __init__(self, dir: str | os.PathLike[str], limit: int | None, storage: Storage) -> None:
+        if limit is not None and limit <= 0:
+            raise ValueError(f"cache.limit must be > 0 bytes, got {limit}")
+        self.dir, self.limit, self.storage = Path(dir), limit, storage
+        self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
+        self._counts = threading.Lock()
+        self._check_writable()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_counts"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._counts = threading.Lock()
+
+    def _check_writable(self) -> None:
+        try:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=self.dir, prefix=".probe-"):
+                pass
+        except OSError as err:
+            raise CacheError(
+                f"cache.dir {str(self.dir)!r} is not a writable folder ({err.strerror or err}); "
+                "set cache.dir to a folder this user can create and write, or fix its permissions"
+            ) from err
+
+    def path_of(self, url: str) -> Path:
+        """Where the remote shard ``url`` lives in the cache."""
+        digest = hashlib.sha1(url.encode()).hexdigest()[:16]
+        return self.dir / f"{digest}.{url.rstrip('/').rsplit('/', 1)[-1]}"
+
+    def check_fits(self, url: str, size: int) -> None:
+        """ValueError naming both sizes when a shard of ``size`` bytes is larger than ``limit``."""
+        if self.limit is not None and size > self.limit:
+            raise ValueError(
+                f"cache.limit {human_bytes(self.limit)} is smaller than the shard {url} "
+                f"({human_bytes(size)}); raise cache.limit to a few shards' size"
+            )
+
+    def local(self, url: str, cancel: threading.Event | None = None) -> str:
+        """The local path of ``url``: a local shard's own path, a remote one's cached copy (fetched now
+        if absent, once per machine). ``cancel`` set stops a fetch between ranges (nothing left)."""
+        if not is_remote(url):
+            return split_scheme(url)[1]
+        path = self.path_of(url)
+        with _locked(path.with_name(f".{path.name}.lock"), fcntl.LOCK_EX):
+            if path.exists():
+                with contextlib.suppress(FileNotFoundError):  # evicted just now: fetched again below
+                    _touch(path)
+                    self._count("hits", 1)
+                    return str(path)
+            size = self.storage.size(url)
+            self.check_fits(url, size)
+            self._make_room(size)
+            self._download(url, path, size, cancel)
+        return str(path)
+
+    def hold(self, url: str) -> HeldShard:
+        """:meth:`local`, with the file locked against eviction until the returned handle is closed."""
+        if not is_remote(url):
+            return HeldShard(self.local(url), None)
+        for _ in range(HOLD_ATTEMPTS):
+            path = self.local(url)
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                continue  # evicted by another process between the fetch and the open
+            fcntl.flock(fd, fcntl.LOCK_SH)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:  # not evicted before the lock
+                    return HeldShard(path, fd)
+            os.close(fd)
+        raise CacheError(
+            f"{url}: evicted from cache.dir {str(self.dir)!r} {HOLD_ATTEMPTS} times before it could be "
+            "opened; raise cache.limit (other processes need the space for the shards they read)"
+        )
+
+    def _download(self, url: str, path: Path, size: int, cancel: threading.Event | None) -> None:
+        """Write ``url`` to ``path`` by ranges through a partial file (the caller holds its lock)."""
+        partial = path.with_name(f".{path.name}.partial")  # a stale one from a killed fetch is overwritten
+        try:
+            with open(partial, "wb") as out:
+                for start in range(0, size, CHUNK_BYTES):
+                    if cancel is not None and cancel.is_set():
+                        raise InterruptedError(f"{url}: fetch into the cache cancelled")
+                    data = self.storage.read_range(url, start, min(size, start + CHUNK_BYTES))
+                    if not data:
+                        raise CacheError(f"{url}: ended at byte {start} of {size}; did it change?")
+                    out.write(data)
+            os.replace(partial, path)
+            _touch(path)
+        except BaseException as err:
+            partial.unlink(missing_ok=True)
+            if isinstance(err, OSError) and err.errno == errno.ENOSPC:
+                raise CacheError(
+                    f"cache.dir {str(self.dir)!r}: no space left for {url} ({human_bytes(size)}); "
+                    "lower cache.limit below the free space or free some"
+                ) from err
+            raise
+        self._count("fetched", 1)
+        self._count("bytes_fetched", size)
+
+    def _make_room(self, incoming: int) -> None:
+        """Evict least recently used, unheld shards until ``incoming`` more bytes fit ``limit``."""
+        if self.limit is None:
+            return
+        with _locked(self.dir / ".evict.lock", fcntl.LOCK_EX):
+            entries = sorted(self._entries(), key=lambda entry: entry[1].st_mtime_ns)
+            total = sum(stat.st_size for _, stat in entries)
+            for path, stat in entries:
+                if total + incoming <= self.limit:
+                    break
+                if _evict(path):
+                    total -= stat.st_size
+                    self._count("evicted", 1)
+            if total + incoming > self.limit:
+                log.warning(
+                    "cache.dir %s holds %s in shards in use, over cache.limit %s with the next one",
+                    self.dir,
+                    human_bytes(total),
+                    human_bytes(self.limit),
+                )
+
+    def _entries(self) -> Iterator[tuple[Path, os.stat_result]]:
+        for entry in os.scandir(self.dir):
+            if _CACHED_NAME.match(entry.name):
+                with contextlib.suppress(FileNotFoundError):
+                    yield Path(entry.path), entry.stat()
+
+    def size(self) -> int:
+        """Bytes of shards in the cache now."""
+        return sum(stat.st_size for _, stat in self._entries())
+
+    def _count(self, name: str, amount: int) -> None:
+        with self._counts:
+            setattr(self, name, getattr(self, name) + amount)
+
+
+def _evict(path: Path) -> bool:
+    """Delete the cached shard at ``path`` unless a process holds it; True when deleted."""
+    try:
+        fd = os.open(path, os.O_RDONLY)
+    except FileNotFoundError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        if os.stat(path).st_ino != os.fstat(fd).st_ino:
+            return False
+        path.unlink()
+        return True
+    except (BlockingIOError, FileNotFoundError):
+        return False  # held open by a reader, or evicted by another process meanwhile
+    finally:
+        os.close(fd)
+
+
+def _touch(path: Path) -> None:
+    """Mark ``path`` used now, to the nanosecond: the filesystem's own clock ticks too coarsely (ms)
+    to order two uses in a row."""
+    now = time.time_ns()
+    os.utime(path, ns=(now, now))
+
+
+@contextlib.contextmanager
+def _locked(path: Path, operation: int) -> Iterator[None]:
+    """Hold a ``flock`` on the file ``path`` (created if absent); per open file, so threads exclude too."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    try:
+        fcntl.flock(fd, operation)
+        yield
+    finally:
+        os.close(fd)

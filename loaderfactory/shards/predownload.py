@@ -1,0 +1,134 @@
+"""Fetch the shards a dataset will read next into its cache, on a few background threads.
+
+The rule (it needs nothing but the sample just read, so it works alike in the main process and in
+each DataLoader worker): after reading sample ``i``, find its position ``p`` in the expected order
+(the order the dataset was last told of, see ``ShardsDataset.visit_order``, else the stored order),
+take the samples at positions ``p+1 .. p+predownload``, and fetch their shards, nearest first,
+at most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The window
+is looked at again every ``predownload // 4`` samples, or at once when the reads jump.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from concurrent import futures
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import numpy as np
+
+from loaderfactory.shards.cache import ShardCache
+
+THREADS = 2
+"""Fetches in flight per process: shards are large, so two keep a link busy without many requests."""
+_INHERITED: list[Predownloader] = []
+"""A forked child's copies of its parent's predownloaders, kept referenced: their executors' locks
+may have been held at the fork, and dropping them would run callbacks that take those locks."""
+log = logging.getLogger(__name__)
+
+
+class Predownloader:
+    """Fetches ahead into ``cache`` the shards of the next ``samples`` samples on ``THREADS`` threads.
+
+    Costs up to ``THREADS`` threads (started on the first fetch, stopped by :meth:`close` or when
+    this object is collected) and ``max_shards`` shards of cache space.
+
+    Args:
+        cache: the cache to fill.
+        urls: the dataset's shard URLs, in stored order.
+        ends: the cumulative sample counts of the shards (``ends[k]`` = samples in shards 0..k).
+        samples: how many samples ahead to look.
+        max_shards: the most shards fetched ahead of the one being read.
+    """
+
+    def __init__(
+        self, cache: ShardCache, urls: Sequence[str], ends: Sequence[int], samples: int, max_shards: int
+    ) -> None:
+        self.cache, self.urls, self.ends = cache, list(urls), list(ends)
+        self.samples, self.max_shards = samples, max_shards
+        self.pid = os.getpid()
+        self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="loaderfactory-predownload")
+        self._pending: dict[int, Future[str]] = {}
+        self._cancel = threading.Event()
+        self._order: Sequence[int] | None = None
+        self._positions: np.ndarray | None = None
+        self._last_scan = -1
+        self._lock = threading.Lock()
+        self.failed = 0
+
+    def advance(self, index: int, order: Sequence[int] | None) -> None:
+        """Sample ``index`` is being read: schedule the shards ahead of it when the window moved."""
+        with self._lock:
+            if order is not self._order:
+                self._order, self._positions, self._last_scan = order, None, -1
+            position = self._position(index)
+            step = max(1, self.samples // 4)
+            if self._last_scan >= 0 and 0 <= position - self._last_scan < step:
+                return
+            self._last_scan = position
+            for shard in self._shards_after(position):
+                future = self._pending.get(shard)
+                if future is None or future.done():
+                    self._pending[shard] = self._pool.submit(self._fetch, shard)
+            self._pending = {s: f for s, f in self._pending.items() if not f.done()}
+
+    def _position(self, index: int) -> int:
+        if self._order is None:
+            return index
+        if self._positions is None:
+            order = np.asarray(self._order, dtype=np.int64)
+            self._positions = np.full(self.ends[-1], -1, dtype=np.int64)
+            self._positions[order] = np.arange(len(order))
+        position = int(self._positions[index])
+        return position if position >= 0 else index  # not in the order told: fall back to stored
+
+    def _sample_at(self, position: int) -> int | None:
+        if self._order is None:
+            return position if position < self.ends[-1] else None
+        return int(self._order[position]) if position < len(self._order) else None
+
+    def _shards_after(self, position: int) -> list[int]:
+        """The shards of the samples at positions ``position+1 .. position+samples``, nearest first."""
+        current = self._shard_of(self._sample_at(position))
+        if self._order is None:  # stored order: the shards after the current one, up to the window's end
+            last = self._shard_of(min(position + self.samples, self.ends[-1] - 1))
+            return list(range(current + 1, min(last, current + self.max_shards) + 1))
+        found: list[int] = []
+        seen = {current}
+        for ahead in range(position + 1, position + 1 + self.samples):
+            sample = self._sample_at(ahead)
+            if sample is None or len(found) >= self.max_shards:
+                break
+            shard = self._shard_of(sample)
+            if shard not in seen:
+                seen.add(shard)
+                found.append(shard)
+        return found
+
+    def _shard_of(self, sample: int | None) -> int:
+        return -1 if sample is None else bisect.bisect_right(self.ends, sample)
+
+    def _fetch(self, shard: int) -> str:
+        try:
+            return self.cache.local(self.urls[shard], self._cancel)
+        except Exception as err:  # noqa: BLE001  # the read needing this shard raises it, with context
+            self.failed += 1
+            log.debug("predownload of %s failed: %s", self.urls[shard], err)
+            return ""
+
+    def wait(self) -> None:
+        """Block until the fetches scheduled so far are done (for tests and benchmarks)."""
+        with self._lock:
+            pending = list(self._pending.values())
+        futures.wait(pending)
+
+    def close(self) -> None:
+        """Cancel what is queued, stop a fetch in flight between ranges, and join the threads."""
+        if self.pid != os.getpid():
+            _INHERITED.append(self)  # a forked copy: its threads live in the parent
+            return
+        self._cancel.set()
+        self._pool.shutdown(wait=True, cancel_futures=True)

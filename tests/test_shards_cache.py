@@ -1,0 +1,298 @@
+"""The shards cache: one fetch per machine, LRU within ``limit``, never an open or local shard evicted."""
+
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+from s3_server import S3Server
+from shards_data import id_samples, parquet_bytes, tar_bytes, write_tar_shards
+from torch.utils.data import DataLoader
+
+from loaderfactory.shards import CacheError, ShardError, ShardInfo, ShardsDataset, Storage, StorageError
+from loaderfactory.shards import cache as cache_module
+from loaderfactory.shards.cache import ShardCache
+from loaderfactory.shards.index import build_index
+
+COUNTS = [4, 3, 5, 4, 2, 6]
+"""Six uneven shards; ids run on across them."""
+
+
+def _put_shards(s3: S3Server, prefix: str, counts: list[int] = COUNTS) -> list[str]:
+    """Tar shards in the bucket under ``prefix`` (an own prefix per test: the bucket is shared)."""
+    storage, urls, first = Storage(s3.storage_options), [], 0
+    for number, count in enumerate(counts):
+        url = s3.url(f"{prefix}/train-{number:06d}.tar")
+        storage.write(url, tar_bytes(id_samples(first, count)))
+        urls.append(url)
+        first += count
+    return urls
+
+
+def _log_calls(monkeypatch: pytest.MonkeyPatch, name: str, log: Path) -> None:
+    """Append ``<pid> <url>`` to ``log`` on every ``ShardCache.<name>`` call, in any forked process."""
+    real = getattr(ShardCache, name)
+
+    def logged(self: ShardCache, url: str, *args: object) -> object:
+        with open(log, "a") as out:  # one short append per line: atomic between processes
+            out.write(f"{os.getpid()} {url}\n")
+        return real(self, url, *args)
+
+    monkeypatch.setattr(ShardCache, name, logged)
+
+
+def _logged(log: Path) -> list[tuple[str, str]]:
+    if not log.exists():
+        return []
+    return [tuple(line.split(" ", 1)) for line in log.read_text().splitlines()]  # type: ignore[misc]
+
+
+def _ids(loader: DataLoader[dict[str, object]]) -> Counter[int]:
+    return Counter(int(i) for batch in loader for i in batch["cls"])  # type: ignore[attr-defined]
+
+
+def _cached(cache_dir: Path) -> list[str]:
+    return sorted(name for name in os.listdir(cache_dir) if not name.startswith("."))
+
+
+def test_two_workers_fetch_each_shard_once(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two worker processes asking for the same shard at the same moment fetch it once, and reuse it."""
+    urls = _put_shards(s3, "cache/once", COUNTS[:3])
+    fetches, holds = tmp_path / "fetches.log", tmp_path / "holds.log"
+    _log_calls(monkeypatch, "_download", fetches)
+    _log_calls(monkeypatch, "hold", holds)
+    together = multiprocessing.get_context("fork").Barrier(2)
+    logged_hold, first_hold = ShardCache.hold, []
+
+    def hold_together(self: ShardCache, url: str) -> object:
+        if not first_hold:  # each forked worker's first open of a shard starts with the other's
+            first_hold.append(url)
+            together.wait(timeout=60)
+        return logged_hold(self, url)
+
+    monkeypatch.setattr(ShardCache, "hold", hold_together)
+    options = {"storage_options": s3.storage_options, "cache_dir": str(tmp_path / "cache")}
+    dataset = ShardsDataset(urls, open_shards=1, **options)  # type: ignore[arg-type]
+    loader = DataLoader(dataset, batch_size=2, num_workers=2)  # batches 0 and 1 both in shard 0
+    assert _ids(loader) == Counter(range(sum(COUNTS[:3])))
+    assert Counter(url for _, url in _logged(fetches)) == Counter(urls)
+    readers = {url: {pid for pid, held in _logged(holds) if held == url} for url in urls}
+    assert all(len(pids) == 2 for pids in readers.values()), readers  # each shard read by both
+
+
+def test_lru_eviction_stays_within_limit_and_spares_a_held_shard(s3: S3Server, tmp_path: Path) -> None:
+    """With room for 2 shards: the held one survives every fetch, the least recently used goes."""
+    urls = _put_shards(s3, "cache/lru", [3, 3, 3, 3, 3])
+    storage = Storage(s3.storage_options)
+    largest = max(storage.size(url) for url in urls)
+    cache = ShardCache(tmp_path / "cache", 2 * largest, storage)
+    held = cache.hold(urls[0])
+    for url in urls[1:4]:
+        cache.local(url)
+        assert cache.size() <= cache.limit  # type: ignore[operator]
+        assert os.path.exists(held.path)
+    assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in (urls[0], urls[3]))
+    held.close()
+    cache.local(urls[1])  # now the unheld urls[0] is the least recently used
+    cache.local(urls[3])  # a hit: urls[3] becomes the most recently used
+    cache.local(urls[4])  # evicts urls[1], not urls[3]
+    assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in (urls[3], urls[4]))
+    assert (cache.fetched, cache.hits, cache.evicted) == (6, 1, 4)
+
+
+def test_local_shards_are_read_in_place_never_copied_or_deleted(s3: S3Server, tmp_path: Path) -> None:
+    """Local shards inside the cache folder itself survive evictions forced by remote shards."""
+    cache_dir = tmp_path / "cache"
+    local = write_tar_shards(cache_dir, [2, 2])
+    before = {path: Path(path).read_bytes() for path in local}
+    remote = _put_shards(s3, "cache/mixed", [3, 3, 3])
+    storage = Storage(s3.storage_options)
+    index = build_index(local + remote, storage, progress=False)
+    limit = max(info.bytes for info in index if info.url in remote)
+    dataset = ShardsDataset(
+        local + remote,
+        index=index,
+        storage_options=s3.storage_options,
+        cache_dir=str(cache_dir),
+        cache_limit=limit,
+        open_shards=1,
+    )
+    assert Counter(int(dataset[i]["cls"]) for i in range(len(dataset))) == Counter(
+        [0, 1, 2, 3, 0, 1, 2, 3, 4, 5, 6, 7, 8]
+    )
+    assert {path: Path(path).read_bytes() for path in local} == before
+    assert dataset.cache is not None and dataset.cache.evicted == 2
+    cached = [name for name in _cached(cache_dir) if not name.startswith("train-")]
+    assert cached == [dataset.cache.path_of(remote[2]).name]  # the last remote shard, nothing local
+    dataset.close()
+
+
+def test_an_interrupted_fetch_leaves_no_partial_file(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fetch failing after its first range leaves nothing in the cache; the next try succeeds."""
+    url = _put_shards(s3, "cache/broken", [8])[0]
+    monkeypatch.setattr(cache_module, "CHUNK_BYTES", 1024)
+    real, calls = Storage.read_range, Counter[str]()
+
+    def failing(self: Storage, target: str, start: int, end: int) -> bytes:
+        calls[target] += 1
+        if calls[target] == 2:
+            raise StorageError(f"{target}: failed after 0 retries (connection reset)")
+        return real(self, target, start, end)
+
+    monkeypatch.setattr(Storage, "read_range", failing)
+    cache = ShardCache(tmp_path / "cache", None, Storage(s3.storage_options))
+    with pytest.raises(StorageError, match="connection reset"):
+        cache.local(url)
+    assert [name for name in os.listdir(tmp_path / "cache") if not name.endswith(".lock")] == []
+    assert Path(cache.local(url)).read_bytes() == Storage(s3.storage_options).read(url)
+
+
+def test_an_unwritable_cache_dir_is_named_before_any_fetch(s3: S3Server, tmp_path: Path) -> None:
+    """A cache folder that cannot be created fails when the dataset is built, naming the folder."""
+    (tmp_path / "file").write_text("not a folder")
+    urls = _put_shards(s3, "cache/unwritable", [2])
+    where = tmp_path / "file" / "cache"
+    with pytest.raises(CacheError, match=rf"cache.dir '{where}' is not a writable folder .*set cache.dir"):
+        ShardsDataset(urls, storage_options=s3.storage_options, cache_dir=str(where))
+
+
+def test_a_limit_below_one_shard_names_both_sizes_before_any_fetch(s3: S3Server, tmp_path: Path) -> None:
+    """``cache_limit`` smaller than the largest remote shard fails at building, naming both sizes."""
+    urls = _put_shards(s3, "cache/small", [2, 5])
+    size = Storage(s3.storage_options).size(urls[1])
+    with pytest.raises(
+        ValueError, match=rf"cache.limit 100 bytes is smaller than the shard {urls[1]} .*\({size} bytes\)"
+    ):
+        ShardsDataset(
+            urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), cache_limit=100
+        )
+    assert _cached(tmp_path / "c") == []
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_every_id_once_in_an_epoch_with_eviction(
+    s3: S3Server, tmp_path: Path, num_workers: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six shards through a cache with room for two (and predownload): each id once, shards evicted."""
+    urls = _put_shards(s3, f"cache/epoch{num_workers}")
+    fetches = tmp_path / "fetches.log"
+    _log_calls(monkeypatch, "_download", fetches)
+    largest = max(Storage(s3.storage_options).size(url) for url in urls)
+    dataset = ShardsDataset(
+        urls,
+        storage_options=s3.storage_options,
+        cache_dir=str(tmp_path / "cache"),
+        cache_limit=2 * largest,
+        predownload=4,
+        open_shards=1,
+    )
+    loader = DataLoader(
+        dataset,
+        batch_size=3,
+        shuffle=num_workers > 0,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(0),
+    )
+    assert _ids(loader) == Counter(range(sum(COUNTS)))
+    dataset.close()
+    fetched = Counter(url for _, url in _logged(fetches))
+    assert set(fetched) == set(urls)
+    cached = dataset.cache.size()  # type: ignore[union-attr]
+    if num_workers == 0:  # in order, one shard at a time: each fetched once, all but 2 evicted
+        assert fetched == Counter(urls) and dataset.cache.evicted == 4  # type: ignore[union-attr]
+        assert cached <= 2 * largest
+    else:  # shuffled over two workers: shards come back after eviction; 2 held at once + 1 fetched
+        assert sum(fetched.values()) > len(urls) and cached <= 3 * largest
+
+
+def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path) -> None:
+    """Reading sample 0 fetches the shards of the next ``predownload`` samples: stored order, or the
+    order told through ``visit_order``; later reads of them are cache hits."""
+    urls = _put_shards(s3, "cache/ahead")
+    dataset = ShardsDataset(
+        urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "cache"), predownload=8
+    )
+    cache = dataset.cache
+    assert cache is not None
+    dataset[0]
+    dataset._predownloader.wait()  # type: ignore[union-attr]
+    assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in urls[:3])  # ids 0..8
+    assert cache.fetched == 3
+    dataset.visit_order = [9, 23, 12, 0, 1, 2]  # shard 2, then shard 5, then shard 3
+    dataset[9]
+    dataset._predownloader.wait()  # type: ignore[union-attr]
+    assert (
+        cache.fetched == 5
+        and os.path.exists(cache.path_of(urls[5]))
+        and os.path.exists(cache.path_of(urls[3]))
+    )
+    assert not os.path.exists(cache.path_of(urls[4]))
+    dataset.close()
+
+
+def test_predownload_threads_stop_when_the_dataset_is_collected(s3: S3Server, tmp_path: Path) -> None:
+    """Without close(), dropping the dataset ends its threads (the leak check would fail otherwise)."""
+    urls = _put_shards(s3, "cache/gc", [2, 2, 2])
+    dataset = ShardsDataset(
+        urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), predownload=4
+    )
+    dataset[0]
+    del dataset
+    gc.collect()
+
+
+def test_a_corrupt_cached_shard_is_named_by_its_url(s3: S3Server, tmp_path: Path) -> None:
+    """Format errors of a cached shard name the remote URL first, then the cached copy."""
+    url = _put_shards(s3, "cache/corrupt", [3])[0]
+    Storage(s3.storage_options).write(url, tar_bytes(id_samples(0, 3))[:1500])
+    index = [ShardInfo(url, "tar", 3, 1500)]
+    dataset = ShardsDataset(
+        [url], storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), index=index
+    )
+    with pytest.raises(ShardError, match=rf"{url} \(cached as .*\.train-000000\.tar\): truncated tar"):
+        dataset[0]
+
+
+def test_parquet_shards_read_through_the_cache(s3: S3Server, tmp_path: Path) -> None:
+    """Parquet shards are fetched whole and read from the local copy: every id once, one fetch each."""
+    storage, urls = Storage(s3.storage_options), [s3.url(f"cache/pq/part-{n}.parquet") for n in range(2)]
+    storage.write(urls[0], parquet_bytes(0, 9))
+    storage.write(urls[1], parquet_bytes(9, 5))
+    dataset = ShardsDataset(urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"))
+    assert [dataset[i]["id"] for i in range(len(dataset))] == list(range(14))
+    assert dataset.cache is not None and dataset.cache.fetched == 2
+    dataset.close()
+
+
+def test_a_transient_error_during_a_fetch_is_retried_and_counted(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A connection reset while fetching into the cache is retried; ``dataset.retried`` reports it."""
+    import s3fs
+
+    urls = _put_shards(s3, "cache/flaky", [3, 2])
+    real, failures = s3fs.S3FileSystem._cat_file, [ConnectionResetError("connection reset by peer")]
+
+    async def flaky(*args: object, **kwargs: object) -> object:
+        if failures:
+            raise failures.pop()
+        return await real(*args, **kwargs)  # type: ignore[arg-type]
+
+    index = build_index(urls, Storage(s3.storage_options), progress=False)
+    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", flaky)  # bound by filesystems made from now
+    dataset = ShardsDataset(
+        urls, index=index, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), retries=2
+    )
+    dataset.storage.backoff_s = 0.01
+    assert [int(dataset[i]["cls"]) for i in range(len(dataset))] == list(range(5))
+    assert dataset.retried == 1 and not failures
+    dataset.close()
