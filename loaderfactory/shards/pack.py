@@ -57,7 +57,7 @@ def pack(
     dataset: Any,
     out: str,
     shard_size: int | str = "256MiB",
-    format: str = "tar",  # noqa: A002 - the name the issue and the command's pack.format use
+    format: str = "tar",  # shadows the builtin on purpose: the name pack.format and the issue use
     num_workers: int = 0,
     storage_options: Mapping[str, Any] | None = None,
     progress: bool = True,
@@ -108,7 +108,7 @@ def shard_limit(shard_size: int | str) -> int:
         try:
             shard_size = int(parse_size(shard_size))
         except ValueError as err:
-            raise ArgumentError("shard_size", f"shard_size: {err}") from err
+            raise ArgumentError("shard_size", f"shard_size must be a size like '256MiB': {err}") from err
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ArgumentError("shard_size", f"shard_size must be a size ≥ 1 byte, got {shard_size!r}")
     return shard_size
@@ -122,10 +122,9 @@ def _refuse_written(storage: Storage, folder: str) -> None:
         return
     old = sorted(n for n in names if n.startswith(SHARD_PREFIX) or n == INDEX_NAME)
     if old:
+        shown = ", ".join(old[:3]) + (", ..." if len(old) > 3 else "")
         raise ArgumentError(
-            "out",
-            f"out: {folder} already holds shards ({', '.join(old[:3])}{', ...' if len(old) > 3 else ''}); "
-            "delete them or choose another folder",
+            "out", f"the folder {folder} already holds shards ({shown}); delete them or choose another folder"
         )
 
 
@@ -199,7 +198,7 @@ def _encode(dataset: Any, index: int) -> Fields:
     return item_fields(item, index)
 
 
-def _keep(sample: tuple[int, Fields]) -> tuple[int, Fields]:
+def _keep(sample: Any) -> Any:
     """No collation: the samples pass as they are (torch's default would convert numpy arrays)."""
     return sample
 
@@ -229,17 +228,19 @@ def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
         total = len(dataset)
         if num_workers == 0:
             return total, _Items((i, _encode(dataset, i)) for i in range(total))
-        loader = DataLoader(_EncodedItems(dataset), batch_size=None, num_workers=num_workers, collate_fn=_keep)
+        loader = DataLoader(
+            _EncodedItems(dataset), batch_size=None, num_workers=num_workers, collate_fn=_keep
+        )
         workers = iter(loader)
         return total, _Items(workers, workers)
     if not hasattr(dataset, "__iter__"):
         raise ArgumentError(
-            "dataset", f"dataset: a {type(dataset).__name__} has neither len() and [i] nor iter()"
+            "dataset", f"a {type(dataset).__name__} is no dataset: it has neither len() and [i] nor iter()"
         )
     if num_workers:
         raise ArgumentError(
             "num_workers",
-            "num_workers: an iterable dataset is read in this process (workers would each read all "
-            "of it); use num_workers=0, or give a map-style dataset (len() and [i])",
+            "num_workers must be 0 for an iterable dataset, which this process reads (workers would "
+            "each read all of it); or give a map-style dataset (len() and [i])",
         )
     return None, _Items((i, item_fields(item, i)) for i, item in enumerate(dataset))

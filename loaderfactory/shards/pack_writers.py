@@ -109,8 +109,8 @@ class ParquetShardBuilder:
 
 def parquet_bytes(samples: Sequence[Sample]) -> bytes:
     """A Parquet file of ``samples`` (which share their field names), in row groups of about 8 MiB."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
+    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
+    import pyarrow.parquet as pq  # type: ignore[import-untyped]
 
     names = list(samples[0][1])
     types = {"cls": pa.int64(), "txt": pa.large_string()}
