@@ -14,12 +14,16 @@ from loaderfactory.shards.index import (
     load_index,
     save_index,
 )
+from loaderfactory.shards.pack import PackResult, pack
+from loaderfactory.shards.pack_encode import PackError
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.urls import expand_braces, expand_urls
 
 __all__ = [
     "INDEX_FORMAT",
     "INDEX_NAME",
+    "PackError",
+    "PackResult",
     "ShardError",
     "ShardInfo",
     "ShardsDataset",
@@ -31,5 +35,6 @@ __all__ = [
     "find_index",
     "index_url",
     "load_index",
+    "pack",
     "save_index",
 ]

@@ -129,7 +129,14 @@ def parquet_bytes(samples: Sequence[Sample]) -> bytes:
         ) from err
     row_bytes = max(1, sum(len(d) for _, fields in samples for d in fields.values()) // len(samples))
     out = pa.BufferOutputStream()
-    pq.write_table(table, out, row_group_size=max(1, _ROW_GROUP_BYTES // row_bytes))
+    binary = [n for n in names if schema.field(n).type == pa.large_binary()]
+    pq.write_table(  # binary cells unique per row: statistics and dictionaries would only copy them
+        table,
+        out,
+        row_group_size=max(1, _ROW_GROUP_BYTES // row_bytes),
+        write_statistics=[n for n in ["__key__", *names] if n not in binary],
+        use_dictionary=[n for n in ["__key__", *names] if n not in binary],
+    )
     return bytes(out.getvalue().to_pybytes())
 
 
