@@ -48,7 +48,8 @@ class MixedDataset(Dataset[dict[str, Any]]):
         return {
             "id": i,
             "view": grid[:, 1:3],  # a view: only its own values are stored
-            "half": torch.full((2,), i / 4, dtype=torch.bfloat16),
+            "half": torch.full((2,), i / 4, dtype=torch.bfloat16),  # no numpy dtype: .pt
+            "param": torch.nn.Parameter(torch.ones(2) * i),  # a subclass needing grad: .pt
             "array": np.arange(i % 4 + 1, dtype=np.uint8) * i,
             "scalar": np.float64(i) / 3,
             "score": i / 7,
@@ -248,8 +249,8 @@ def test_tuples_and_plain_items_become_numbered_and_item_fields(tmp_path: Path) 
     pack([(torch.ones(2), 7)], str(tmp_path / "t"), progress=False)
     pack([torch.arange(3)], str(tmp_path / "p"), progress=False)
     sample = ShardsDataset(str(tmp_path / "t"))[0]
-    assert torch.equal(sample["0.pt"], torch.ones(2)) and sample["1.cls"] == 7
-    assert torch.equal(ShardsDataset(str(tmp_path / "p"))[0]["item.pt"], torch.arange(3))
+    assert torch.equal(sample["0.npy"], torch.ones(2)) and sample["1.cls"] == 7
+    assert torch.equal(ShardsDataset(str(tmp_path / "p"))[0]["item.npy"], torch.arange(3))
 
 
 class Counting(IterableDataset[dict[str, int]]):
@@ -305,7 +306,7 @@ def test_the_command_packs_a_preset_and_says_what_it_wrote(tmp_path: Path) -> No
     written = len(list(out.glob("shard-*.tar")))
     assert f"wrote {written} shard(s), 50 samples" in result.stdout + result.stderr and written > 1
     assert Counter(shards[i]["index.cls"] for i in range(50)) == Counter(range(50))
-    assert torch.equal(shards[7]["image.pt"], SyntheticDataset(length=50)[7]["image"])
+    assert torch.equal(shards[7]["image.npy"], SyntheticDataset(length=50)[7]["image"])
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,8 @@ equal value, so an item packed and read back through ``ShardsDataset`` has the s
 =====================================================  ===========  ======================================
 value                                                  field        read back as
 =====================================================  ===========  ======================================
-``torch.Tensor``                                       ``key.pt``   the tensor (same dtype and shape)
+``torch.Tensor`` of a dtype numpy has                  ``key.npy``  the tensor (same dtype and shape)
+other tensors (bfloat16, sparse, subclasses, grad)     ``key.pt``   the tensor, as saved
 numpy array or numpy scalar                            ``key.npy``  a tensor of the same dtype and shape
                                                                     (the reader decodes ``.npy`` to tensors)
 ``int``                                                ``key.cls``  the int
@@ -73,6 +74,9 @@ def _check_key(key: Any, index: int) -> None:
 def encode_value(value: Any, index: int, key: str) -> tuple[str, bytes]:
     """``(extension, bytes)`` for one value; PackError naming the item and field when none fits."""
     if isinstance(value, torch.Tensor):
+        array = _plain_array(value)
+        if array is not None:  # .npy: a tenth of torch.save's size for small tensors, faster to read
+            return "npy", _npy_bytes(array, index, key)
         return "pt", _torch_bytes(_compact(value))
     if isinstance(value, np.ndarray | np.generic):
         return "npy", _npy_bytes(np.asarray(value), index, key)
@@ -93,12 +97,25 @@ def encode_value(value: Any, index: int, key: str) -> tuple[str, bytes]:
     )
 
 
+def _plain_array(tensor: torch.Tensor) -> np.ndarray[Any, Any] | None:
+    """The tensor's values as a numpy array, when ``.npy`` gives back an equal tensor: a plain dense
+    tensor, not needing grad, of a dtype numpy has (not bfloat16)."""
+    if type(tensor) is not torch.Tensor or tensor.layout != torch.strided or tensor.requires_grad:
+        return None
+    try:
+        return tensor.detach().cpu().resolve_conj().resolve_neg().numpy()
+    except (TypeError, RuntimeError):
+        return None
+
+
 def _compact(tensor: torch.Tensor) -> torch.Tensor:
     """The tensor alone: ``torch.save`` of a view would write its whole storage (a row of a matrix:
     the matrix)."""
-    tensor = tensor.detach().cpu()
-    if tensor.untyped_storage().nbytes() > tensor.nelement() * tensor.element_size():
-        return tensor.clone()
+    tensor = tensor.cpu()  # a CUDA tensor would load only where CUDA is
+    if tensor.layout == torch.strided and (
+        tensor.untyped_storage().nbytes() > tensor.nelement() * tensor.element_size()
+    ):
+        return tensor.detach().clone().requires_grad_(tensor.requires_grad)
     return tensor
 
 

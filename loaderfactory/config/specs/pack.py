@@ -33,7 +33,7 @@ class PackSpec(Spec):
     out: str | None = None
     """Folder or URL (`s3://bucket/prefix`) to write the shards and their index to; required to pack."""
     shard_size: ByteCount = 256 * 2**20
-    """The most bytes per shard (an item bigger than that gets a shard of its own)."""
+    """The most bytes per shard: a size like `256MiB`, or an int (an item bigger gets a shard alone)."""
     format: Literal["tar", "parquet"] = "tar"
     """`tar` (webdataset) or `parquet` (every item must have the same fields)."""
     num_workers: NumWorkers = 0
