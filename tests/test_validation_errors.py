@@ -237,7 +237,8 @@ BAD_CONFIGS = [
     pytest.param(
         cfg(bogus=1),
         ["bogus"],
-        r"unknown field \(got 1\). Allowed: dataset, loader, pack, prefetch, queue, resume, run, seed, stream",
+        r"unknown field \(got 1\). Allowed: dataset, loader, pack, prefetch, queue, resume, run, seed, "
+        r"stream",
         id="unknown_root_key",
     ),
     pytest.param(

@@ -5,8 +5,8 @@ Items are read (and their fields encoded, see :mod:`loaderfactory.shards.pack_en
 ``shard_size`` bytes (a single item bigger than that gets a shard of its own), named
 ``shard-000000.tar`` (or ``.parquet``), and writes ``loaderfactory-shards.json`` beside them last.
 Each shard is built in memory (one shard of memory) and written whole through :class:`Storage`: a
-local file under a temporary name then renamed, an S3 object in one put; so a failing item leaves
-no partial shard, and no index.
+local file under a temporary name then renamed, an S3 object in one upload (visible once complete);
+so a failing item leaves no partial shard, and no index.
 """
 
 from __future__ import annotations
