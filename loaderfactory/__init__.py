@@ -32,6 +32,7 @@ _EXPORTS = {
     "build_loader": "loaderfactory.factory",
     "compose": "loaderfactory.hydra.compose",
     "config_dir": "loaderfactory.hydra.compose",
+    "pack": "loaderfactory.shards.pack",
     "register": "loaderfactory.config.registry",
     "validate": "loaderfactory.intake",
 }
@@ -57,6 +58,7 @@ __all__ = [
     "build_loader",
     "compose",
     "config_dir",
+    "pack",
     "register",
     "validate",
 ]
@@ -81,6 +83,7 @@ if TYPE_CHECKING:
     from loaderfactory.hydra.compose import compose, config_dir
     from loaderfactory.intake import validate
     from loaderfactory.loader import Loader
+    from loaderfactory.shards.pack import pack
 
 
 def __getattr__(name: str) -> Any:

@@ -32,6 +32,20 @@ def build_loader(config: Any, *, dataset: Any = None) -> Loader:
         raise at_root(intake.root, err) from err.__cause__
 
 
+def build_dataset(config: Any) -> Any:
+    """Validate ``config`` and build its ``dataset`` slot alone (what ``run.mode=pack`` writes)."""
+    intake = take_in(config, require_dataset=True)
+    spec = intake.spec.dataset
+    if spec is None:  # take_in refuses this already; here for mypy
+        raise ConfigError(ConfigProblem("dataset", "no dataset: set dataset=<preset> or dataset._target_"))
+    try:
+        return _build("dataset", spec, None, BuildContext(seed=intake.spec.seed))
+    except ConfigError as err:
+        if not intake.root:
+            raise
+        raise at_root(intake.root, err) from err.__cause__
+
+
 def _build_pipeline(spec: Any, dataset: Any) -> Loader:
     context = BuildContext(seed=spec.seed)
     components: dict[str, Any] = {}

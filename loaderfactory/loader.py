@@ -278,10 +278,10 @@ class Loader:
 
     def _config(self) -> Any:
         """The config as far as it decides the batch sequence (each slot's ``speed_only`` and
-        ``rank_only`` fields, ``run`` and ``resume`` left out)."""
+        ``rank_only`` fields, ``run``, ``resume`` and ``pack`` left out)."""
         if self.spec is None or not hasattr(self.spec, "model_dump"):
             return None
-        exclude: dict[str, Any] = {"run": True, "resume": True}
+        exclude: dict[str, Any] = {"run": True, "resume": True, "pack": True}
         for name in type(self.spec).model_fields:
             slot = getattr(self.spec, name)
             free = set(getattr(slot, "speed_only", ())) | set(getattr(slot, "rank_only", ()))

@@ -243,7 +243,7 @@ def test_json_schema_offers_every_registered_kind() -> None:
         options = schema["$defs"][f"{table}_kinds"]["oneOf"]
         names = {ref["$ref"].rsplit("/", 1)[1] for ref in options}
         assert names == {registry.lookup(table, kind).spec.__name__ for kind in available(table)}
-    slots_and_run = {"dataset", "queue", "loader", "stream", "prefetch", "seed", "resume", "run"}
+    slots_and_run = {"dataset", "queue", "loader", "stream", "prefetch", "seed", "resume", "run", "pack"}
     assert set(schema["properties"]) == slots_and_run | {"_target_", "_recursive_", "_convert_", "_partial_"}
 
 

@@ -223,7 +223,7 @@ BAD_CONFIGS = [
     pytest.param(
         cfg(run={"mode": "go"}),
         ["run.mode"],
-        r"must be one of 'run', 'validate', 'plan' or 'schema', got 'go'",
+        r"must be one of 'run', 'validate', 'plan', 'schema', 'index' or 'pack', got 'go'",
         id="run_mode",
     ),
     pytest.param(
@@ -237,7 +237,8 @@ BAD_CONFIGS = [
     pytest.param(
         cfg(bogus=1),
         ["bogus"],
-        r"unknown field \(got 1\). Allowed: dataset, loader, prefetch, queue, resume, run, seed, stream",
+        r"unknown field \(got 1\). Allowed: dataset, loader, pack, prefetch, queue, resume, run, seed, "
+        r"stream",
         id="unknown_root_key",
     ),
     pytest.param(

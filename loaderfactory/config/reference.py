@@ -18,6 +18,7 @@ from pydantic_core import PydanticUndefined
 
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import RamBudget, Spec
+from loaderfactory.config.specs.pack import PackSpec
 from loaderfactory.config.specs.pipeline import RunSpec
 from loaderfactory.config.specs.refs import KindOf
 from loaderfactory.config.specs.resume import ResumeSpec
@@ -112,7 +113,7 @@ def spec_table(spec: type[Spec]) -> str:
 
 
 def reference() -> str:
-    """Every registered kind of every table, then the ``resume`` and ``run`` sections."""
+    """Every registered kind of every table, then the ``resume``, ``run`` and ``pack`` sections."""
     parts = [HEADER, BEGIN]
     for table in registry.TABLES:
         for kind in registry.available(table):
@@ -120,7 +121,8 @@ def reference() -> str:
             doc = " ".join((spec.__doc__ or "").strip().split("\n\n")[0].split())
             parts += [f"\n#### {table}: `{kind}` ({spec.__name__})\n", doc, "", spec_table(spec)]
     parts += ["\n#### resume (`Loader.load_state_dict`)\n", spec_table(ResumeSpec)]
-    parts += ["\n#### run (the `loaderfactory` command)\n", spec_table(RunSpec), END]
+    parts += ["\n#### run (the `loaderfactory` command)\n", spec_table(RunSpec)]
+    parts += ["\n#### pack (`run.mode=pack`: the dataset written as shards)\n", spec_table(PackSpec), END]
     return "\n".join(parts)
 
 

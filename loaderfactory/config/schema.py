@@ -32,6 +32,7 @@ from loaderfactory.config.schema_rewrite import (
     same,
 )
 from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.specs.pack import PackSpec
 from loaderfactory.config.specs.pipeline import HYDRA_KEYS, LoaderSpec, RunSpec
 from loaderfactory.config.specs.refs import KindOf, spec_class_for
 from loaderfactory.config.specs.resume import ResumeSpec
@@ -140,7 +141,7 @@ def _models(specs: list[type[Spec]]) -> list[type[Spec]]:
             for arg in get_args(annotation):
                 yield from visit(arg)
 
-    pending: list[type[Spec]] = [*specs, RunSpec, ResumeSpec]
+    pending: list[type[Spec]] = [*specs, RunSpec, ResumeSpec, PackSpec]
     while pending:
         model = pending.pop(0)
         if model.__name__ not in found:

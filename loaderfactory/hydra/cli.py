@@ -5,6 +5,7 @@ loaderfactory -m prefetch.buffer_size=1,4,16          # one report per job, a su
 loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
 loaderfactory run.mode=schema > loaderfactory.schema.json
 loaderfactory run.mode=index dataset=shards dataset.urls='s3://bucket/train/'  # writes the shards' index
+loaderfactory run.mode=pack pack.out=data/shards pack.shard_size=64MiB   # the dataset as shards
 
 ``validate``, ``schema`` and ``--help`` import no torch and write no output folder.
 """
@@ -29,7 +30,7 @@ from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
 from loaderfactory.hydra.argv import open_config_keys, put_cwd_on_path, shown_overrides, with_light_overrides
 from loaderfactory.hydra.compose import CLI_CONFIG, cli_config_dir
-from loaderfactory.hydra.job import INTERRUPTED_EXIT, Interrupted, run_job
+from loaderfactory.hydra.job import INTERRUPTED_EXIT, Interrupted, pack_job, run_job
 from loaderfactory.intake import validate
 
 log = logging.getLogger("loaderfactory")
@@ -72,6 +73,12 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         if spec.run.mode == "index":
             _index(spec)
             return None
+        if spec.run.mode == "pack":
+            packed = pack_job(spec, _say)
+            _record(
+                True, f"{packed['shards']} shard(s), {packed['samples']} samples, {packed['bytes']} bytes"
+            )
+            return packed
         summary = run_job(spec, Path(HydraConfig.get().runtime.output_dir), _say)
     except ConfigError as err:
         _refuse(err)

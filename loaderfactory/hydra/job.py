@@ -1,4 +1,5 @@
-"""One run of the command (``run.mode=run``): build, draw the batches, measure, report; Ctrl-C included."""
+"""One run of the command (``run.mode=run``): build, draw the batches, measure, report; Ctrl-C included.
+Also ``run.mode=pack``: build the dataset alone and write it as shards."""
 
 from __future__ import annotations
 
@@ -63,6 +64,51 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
     if interrupted:
         raise Interrupted(summary["batches"], report)
     return summary
+
+
+def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:
+    """Build the dataset slot alone and write it as shards where ``pack`` says; return what was written.
+
+    Raises:
+        ConfigError: a bad ``pack`` field (``pack.out`` already holding shards) or an item that cannot
+            be stored (at ``dataset``, naming the item and its field).
+    """
+    from loaderfactory.errors import ArgumentError
+    from loaderfactory.factory import build_dataset
+    from loaderfactory.shards.pack import pack
+    from loaderfactory.shards.pack_encode import PackError
+
+    options = spec.pack
+    if options.out is None:  # the spec refuses this in pack mode; here for a spec built otherwise
+        raise ConfigError(ConfigProblem("pack.out", "run.mode=pack needs pack.out"))
+    dataset = build_dataset(spec)
+    try:
+        result = pack(
+            dataset,
+            options.out,
+            shard_size=options.shard_size,
+            format=options.format,
+            num_workers=options.num_workers,
+            storage_options=options.storage_options,
+            progress=spec.run.progress,
+        )
+    except ArgumentError as err:
+        path = "dataset" if err.argument == "dataset" else f"pack.{err.argument}"
+        raise ConfigError(ConfigProblem(path, str(err))) from err
+    except PackError as err:
+        raise ConfigError(ConfigProblem("dataset", str(err))) from err
+    finally:
+        close = getattr(dataset, "close", None)
+        if callable(close):
+            close()
+    say(str(result))
+    return {
+        "shards": len(result.shards),
+        "samples": result.samples,
+        "bytes": result.bytes,
+        "seconds": result.seconds,
+        "index": result.index,
+    }
 
 
 def _memory_figures(memory: Any) -> dict[str, Any]:

@@ -15,6 +15,8 @@ from loaderfactory.shards.index import (
     load_index,
     save_index,
 )
+from loaderfactory.shards.pack import PackResult, pack
+from loaderfactory.shards.pack_encode import PackError
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.urls import expand_braces, expand_urls
 
@@ -22,6 +24,8 @@ __all__ = [
     "INDEX_FORMAT",
     "INDEX_NAME",
     "CacheError",
+    "PackError",
+    "PackResult",
     "ShardCache",
     "ShardError",
     "ShardInfo",
@@ -34,5 +38,6 @@ __all__ = [
     "find_index",
     "index_url",
     "load_index",
+    "pack",
     "save_index",
 ]

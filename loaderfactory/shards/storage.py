@@ -146,8 +146,12 @@ class Storage:
             path = Path(rest)
             path.parent.mkdir(parents=True, exist_ok=True)
             partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-            partial.write_bytes(data)
-            partial.replace(path)
+            try:
+                partial.write_bytes(data)
+                partial.replace(path)
+            except BaseException:  # a full disk or Ctrl-C: leave no half-written file behind
+                partial.unlink(missing_ok=True)
+                raise
             return
         fs, path_in_store = self._remote(scheme, rest)
         self._retry(url, lambda: fs.pipe_file(path_in_store, data))

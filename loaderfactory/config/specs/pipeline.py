@@ -8,6 +8,7 @@ from pydantic import Field, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.config.specs.loader import TorchLoaderSpec
+from loaderfactory.config.specs.pack import PackSpec
 from loaderfactory.config.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
 from loaderfactory.config.specs.resume import ResumeSpec
 from loaderfactory.rules import missing_keys_problems, ring
@@ -19,9 +20,9 @@ HYDRA_KEYS = ("_target_", "_recursive_", "_convert_", "_partial_")
 class RunSpec(Spec):
     """What the ``loaderfactory`` command does with the loader it built."""
 
-    mode: Literal["run", "validate", "plan", "schema", "index"] = "run"
+    mode: Literal["run", "validate", "plan", "schema", "index", "pack"] = "run"
     """`run` draws and reports; `validate` checks; `plan` prints what would run and hold; `schema`;
-    `index` writes the index of `dataset: shards`."""
+    `index` writes the index of `dataset: shards`; `pack` writes the dataset as shards (see `pack`)."""
     batches: Count | None = None
     """Batches to draw, across epochs; null runs `epochs` full epochs."""
     epochs: Count = 1
@@ -62,6 +63,8 @@ class LoaderSpec(Spec):
     resume: ResumeSpec = Field(default_factory=ResumeSpec)
     """How strictly a saved state's config must match (the data's location may differ by default)."""
     run: RunSpec = Field(default_factory=RunSpec)
+    pack: PackSpec = Field(default_factory=PackSpec)
+    """Where and how `run.mode=pack` writes the dataset as shards."""
 
     @model_validator(mode="after")
     def _slots_fit_together(self) -> LoaderSpec:
@@ -69,7 +72,11 @@ class LoaderSpec(Spec):
         a ring collate holds every batch alive at once; an epoch gives every rank a batch; the collate
         asks for keys the items have."""
         problems = (
-            self._queue_problems() + self._ring_problems() + self._epoch_problems() + self._key_problems()
+            self._queue_problems()
+            + self._ring_problems()
+            + self._epoch_problems()
+            + self._key_problems()
+            + self._pack_problems()
         )
         if problems:
             raise broken_rules(type(self).__name__, problems)
@@ -127,6 +134,14 @@ class LoaderSpec(Spec):
             return []
         problems: list[tuple[str, str, Any]] = self.loader.empty_epoch_problems(length, "dataset.length")
         return problems
+
+    def _pack_problems(self) -> list[tuple[str, str, Any]]:
+        """Packing needs a place to write to."""
+        if self.run.mode == "pack" and self.pack.out is None:
+            return [
+                ("pack.out", "run.mode=pack needs pack.out: a folder or URL to write the shards to", None)
+            ]
+        return []
 
     def slot(self, name: str) -> Any:
         """The spec in slot ``name`` (``None`` for an empty optional slot)."""

@@ -1,0 +1,246 @@
+"""``pack``: write any dataset as shards (webdataset tar or Parquet) and their index, locally or to S3.
+
+Items are read (and their fields encoded, see :mod:`loaderfactory.shards.pack_encode`) in torch
+``DataLoader`` worker processes, in order; this process cuts them into shards of at most
+``shard_size`` bytes (a single item bigger than that gets a shard of its own), named
+``shard-000000.tar`` (or ``.parquet``), and writes ``loaderfactory-shards.json`` beside them last.
+Each shard is built in memory (one shard of memory) and written whole through :class:`Storage`: a
+local file under a temporary name then renamed, an S3 object in one upload (visible once complete);
+so a failing item leaves no partial shard, and no index.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torch.utils.data import DataLoader, Dataset, IterableDataset
+
+from loaderfactory.components.workers.torch_internals import finish_shutdown
+from loaderfactory.errors import ArgumentError
+from loaderfactory.shards.index import INDEX_NAME, ShardInfo, _ProgressBar, save_index
+from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
+from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
+from loaderfactory.shards.storage import Storage
+
+SHARD_PREFIX = "shard-"
+
+
+@dataclass(frozen=True)
+class PackResult:
+    """What :func:`pack` wrote."""
+
+    index: str
+    """The URL of the index, ``<out>/loaderfactory-shards.json``."""
+    shards: list[ShardInfo]
+    seconds: float
+
+    @property
+    def samples(self) -> int:
+        return sum(s.samples for s in self.shards)
+
+    @property
+    def bytes(self) -> int:
+        return sum(s.bytes for s in self.shards)
+
+    def __str__(self) -> str:
+        rate = self.bytes / 2**20 / self.seconds if self.seconds > 0 else 0.0
+        return (
+            f"wrote {len(self.shards)} shard(s), {self.samples} samples, {self.bytes} bytes "
+            f"in {self.seconds:.2f} s ({rate:.1f} MiB/s); index: {self.index}"
+        )
+
+
+def pack(
+    dataset: Any,
+    out: str,
+    shard_size: int | str = "256MiB",
+    format: str = "tar",  # shadows the builtin on purpose: the name pack.format and the issue use
+    num_workers: int = 0,
+    storage_options: Mapping[str, Any] | None = None,
+    progress: bool = True,
+) -> PackResult:
+    """Write ``dataset`` as shards in the folder or prefix ``out`` and index them.
+
+    Args:
+        dataset: a map-style dataset (``len`` and ``[i]``) or an iterable of items; item ``i``
+            becomes the sample with ``__key__`` ``i`` zero-padded (``000042``).
+        out: a local folder, ``file://`` or ``s3://bucket/prefix`` (``gs://`` too); it must hold
+            no shards yet.
+        shard_size: the most bytes per shard, an int or a size string (``"256MiB"``).
+        format: ``"tar"`` (webdataset) or ``"parquet"`` (every item must have the same fields).
+        num_workers: worker processes reading and encoding items (map-style datasets only).
+        storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
+        progress: a tqdm bar on stderr.
+
+    Raises:
+        ArgumentError: a bad argument, named (``out`` already holding shards, say).
+        PackError: an item that cannot be stored, naming the item and its field.
+    """
+    limit = shard_limit(shard_size)
+    if format not in BUILDERS:
+        raise ArgumentError("format", f"format must be one of {', '.join(BUILDERS)}, got {format!r}")
+    if num_workers < 0:
+        raise ArgumentError("num_workers", f"num_workers must be ≥ 0, got {num_workers}")
+    storage = Storage(storage_options)
+    folder = out if out.endswith("/") else f"{out}/"
+    _refuse_written(storage, folder)
+    start = time.perf_counter()
+    total, items = _encoded_items(dataset, num_workers)
+    width = max(6, len(str(total - 1))) if total else 9
+    with _ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
+        try:
+            shards = _write_shards(items, format, limit, width, storage, folder, bar)
+        finally:
+            items.close()
+    index = f"{folder}{INDEX_NAME}"
+    save_index(shards, index, storage)
+    return PackResult(index, shards, time.perf_counter() - start)
+
+
+def shard_limit(shard_size: int | str) -> int:
+    """``shard_size`` in bytes: an int as it is, a size string parsed (``"64MiB"``)."""
+    if isinstance(shard_size, str):
+        from loaderfactory.config.specs.base import parse_size  # pydantic only for a size string
+
+        try:
+            shard_size = int(parse_size(shard_size))
+        except ValueError as err:
+            raise ArgumentError("shard_size", f"shard_size must be a size like '256MiB': {err}") from err
+    if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
+        raise ArgumentError("shard_size", f"shard_size must be a size ≥ 1 byte, got {shard_size!r}")
+    return shard_size
+
+
+def _refuse_written(storage: Storage, folder: str) -> None:
+    """Old shards beside new ones would be listed by a reader of the folder: refuse them."""
+    try:
+        names = [url.rsplit("/", 1)[-1] for url in storage.list(folder)]
+    except FileNotFoundError:
+        return
+    old = sorted(n for n in names if n.startswith(SHARD_PREFIX) or n == INDEX_NAME)
+    if old:
+        shown = ", ".join(old[:3]) + (", ..." if len(old) > 3 else "")
+        raise ArgumentError(
+            "out", f"the folder {folder} already holds shards ({shown}); delete them or choose another folder"
+        )
+
+
+def _write_shards(
+    items: Iterator[tuple[int, Fields]],
+    fmt: str,
+    limit: int,
+    width: int,
+    storage: Storage,
+    folder: str,
+    bar: Any,
+) -> list[ShardInfo]:
+    """Cut the items into shards of at most ``limit`` bytes, writing each as it fills."""
+    shards: list[ShardInfo] = []
+    builder: ShardBuilder = BUILDERS[fmt]()
+    first: tuple[int, list[str]] | None = None
+    for index, fields in items:
+        if builder.same_fields:
+            first = first or (index, list(fields))
+            _check_same_fields(first, index, fields)
+        sample: Sample = (str(index).zfill(width), fields)
+        if builder.samples and builder.size + builder.added_size(sample) > limit:
+            builder = _flush(builder, fmt, limit, storage, folder, shards)
+        builder.add(sample)
+        bar.update()
+    while builder.samples:
+        builder = _flush(builder, fmt, limit, storage, folder, shards)
+    return shards
+
+
+def _check_same_fields(first: tuple[int, list[str]], index: int, fields: Fields) -> None:
+    if list(fields) != first[1]:
+        raise PackError(
+            f"item {index}: fields {list(fields)} differ from item {first[0]}'s {first[1]}; a Parquet "
+            "shard has the same columns in every row: give every item the same fields, or use format='tar'"
+        )
+
+
+def _flush(
+    builder: ShardBuilder, fmt: str, limit: int, storage: Storage, folder: str, shards: list[ShardInfo]
+) -> ShardBuilder:
+    """Write the builder's shard; a new builder, holding the samples that did not fit."""
+    data, rest = builder.finish(limit)
+    url = f"{folder}{SHARD_PREFIX}{len(shards):06d}{BUILDERS[fmt].suffix}"
+    storage.write(url, data)
+    shards.append(ShardInfo(url, fmt, builder.samples - len(rest), len(data)))
+    fresh: ShardBuilder = BUILDERS[fmt]()
+    for sample in rest:
+        fresh.add(sample)
+    return fresh
+
+
+class _EncodedItems(Dataset[tuple[int, Fields]]):
+    """``(i, fields of item i)``: the dataset read and encoded where it is read (in the workers)."""
+
+    def __init__(self, dataset: Any) -> None:
+        self.dataset = dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[int, Fields]:
+        return index, _encode(self.dataset, index)
+
+
+def _encode(dataset: Any, index: int) -> Fields:
+    try:
+        item = dataset[index]
+    except Exception as err:
+        raise PackError(f"item {index}: the dataset raised {type(err).__name__}: {err}") from err
+    return item_fields(item, index)
+
+
+def _keep(sample: Any) -> Any:
+    """No collation: the samples pass as they are (torch's default would convert numpy arrays)."""
+    return sample
+
+
+class _Items:
+    """The encoded items in order, and a ``close`` that stops the workers even on an error."""
+
+    def __init__(self, iterator: Iterator[tuple[int, Fields]], workers: Any = None) -> None:
+        self._iterator, self._workers = iterator, workers
+
+    def __iter__(self) -> Iterator[tuple[int, Fields]]:
+        return self._iterator
+
+    def __next__(self) -> tuple[int, Fields]:
+        return next(self._iterator)
+
+    def close(self) -> None:
+        if self._workers is not None:
+            finish_shutdown(self._workers)
+            self._workers = None
+
+
+def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
+    """The number of items (None when unknown) and the ``(index, fields)`` pairs, in order."""
+    map_style = not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__")
+    if map_style and hasattr(dataset, "__len__"):
+        total = len(dataset)
+        if num_workers == 0:
+            return total, _Items((i, _encode(dataset, i)) for i in range(total))
+        loader = DataLoader(
+            _EncodedItems(dataset), batch_size=None, num_workers=num_workers, collate_fn=_keep
+        )
+        workers = iter(loader)
+        return total, _Items(workers, workers)
+    if not hasattr(dataset, "__iter__"):
+        raise ArgumentError(
+            "dataset", f"a {type(dataset).__name__} is no dataset: it has neither len() and [i] nor iter()"
+        )
+    if num_workers:
+        raise ArgumentError(
+            "num_workers",
+            "num_workers must be 0 for an iterable dataset, which this process reads (workers would "
+            "each read all of it); or give a map-style dataset (len() and [i])",
+        )
+    return None, _Items((i, item_fields(item, i)) for i, item in enumerate(dataset))
