@@ -9,6 +9,8 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
+from pydantic import BaseModel, TypeAdapter
+
 from loaderfactory.components.data.sources import is_map_style
 from loaderfactory.components.state import UPSTREAM, Snapshots, StateFieldError
 from loaderfactory.errors import ResumeError, ResumeWarning
@@ -194,12 +196,24 @@ class Difference(NamedTuple):
         return f"{self.where}: saved {self.saved!r}, now {self.now!r}"
 
 
+class _Absent:
+    """A key one of two configs lacks (a field added to a spec after a state was saved, say)."""
+
+    def __repr__(self) -> str:
+        return "(absent)"
+
+
+ABSENT: Any = _Absent()
+
+
 def differences(saved: Any, current: Any, path: tuple[str, ...] = ()) -> list[Difference]:
-    """Where two JSON configs differ, down to the dict keys and list items of equal-length lists."""
+    """Where two JSON configs differ, down to the dict keys and list items of equal-length lists; a
+    key only one side has shows :data:`ABSENT` on the other."""
     if isinstance(saved, dict) and isinstance(current, dict):
         found = []
         for key in sorted(set(saved) | set(current), key=str):
-            found.extend(differences(saved.get(key), current.get(key), (*path, str(key))))
+            pair = saved.get(key, ABSENT), current.get(key, ABSENT)
+            found.extend(differences(*pair, (*path, str(key))))
         return found
     if isinstance(saved, list) and isinstance(current, list) and len(saved) == len(current):
         return [
@@ -218,8 +232,10 @@ def moved_data(saved: Any, current: Any, spec: Any, strict: bool) -> list[Differ
 
     A difference moves the data when both values are strings and the slot's spec calls it a location
     (``Spec.is_location``: its ``location_fields``, a ``_target_``'s path-like arguments), or it lies
-    under one of ``spec.resume.locations``. The dataset's length is checked when its slot loads."""
-    found = differences(saved, current)
+    under one of ``spec.resume.locations``. The dataset's length is checked when its slot loads.
+    A field the saved config lacks (a state saved before the field existed) is no difference while
+    the field keeps its default."""
+    found = [d for d in differences(saved, current) if not _new_field_at_default(d, spec)]
     declared = tuple(getattr(getattr(spec, "resume", None), "locations", ()))
     moved = [d for d in found if _moves_data(d, spec, declared)]
     refused = found if strict else [d for d in found if d not in moved]
@@ -232,6 +248,21 @@ def moved_data(saved: Any, current: Any, spec: Any, strict: bool) -> list[Differ
     elif any(isinstance(d.now, str) and d.path[-1:] not in (("kind",), ("target",)) for d in refused):
         hint += "; if a path there only says where the same data lives, list it in resume.locations"
     raise ResumeError(f"the state was saved from another config ({shown}); {hint}")
+
+
+def _new_field_at_default(difference: Difference, spec: Any) -> bool:
+    """True when the saved config lacks a spec field that now holds its default value."""
+    if difference.saved is not ABSENT or not difference.path:
+        return False
+    owner: Any = spec
+    for name in difference.path[:-1]:
+        owner = getattr(owner, name, None) if isinstance(owner, BaseModel) else None
+    field = type(owner).model_fields.get(difference.path[-1]) if isinstance(owner, BaseModel) else None
+    if field is None or field.is_required():
+        return False
+    default = field.get_default(call_default_factory=True, validated_data={})
+    dumped = TypeAdapter(Any).dump_python(default, mode="json")
+    return bool(dumped == difference.now)
 
 
 def _moves_data(difference: Difference, spec: Any, declared: tuple[str, ...]) -> bool:

@@ -16,10 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from tqdm import tqdm
-
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.parquet_format import count_parquet_rows
+from loaderfactory.shards.progress import ProgressBar
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.tar_format import scan_tar
 
@@ -56,18 +55,12 @@ def describe_shard(storage: Storage, url: str, forced: str = "auto") -> ShardInf
     return ShardInfo(url, fmt, samples, storage.size(url))
 
 
-class _ProgressBar(tqdm):  # type: ignore[type-arg]  # holds shard URLs; only the monitor setting differs
-    """tqdm without its monitor thread, which would outlive the bar (one line per shard needs none)."""
-
-    monitor_interval = 0
-
-
 def build_index(
     urls: Sequence[str], storage: Storage, progress: bool = True, forced: str = "auto"
 ) -> list[ShardInfo]:
     """Describe every shard, in order, with a progress bar on stderr (``progress=False``: none);
     ``forced``: ``"tar"`` or ``"parquet"`` whatever the extension."""
-    with _ProgressBar(urls, desc="indexing shards", unit="shard", disable=not progress) as bar:
+    with ProgressBar(urls, desc="indexing shards", unit="shard", disable=not progress) as bar:
         return [describe_shard(storage, url, forced) for url in bar]
 
 

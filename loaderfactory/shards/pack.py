@@ -20,9 +20,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderfactory.components.workers.torch_internals import finish_shutdown
 from loaderfactory.errors import ArgumentError
-from loaderfactory.shards.index import INDEX_NAME, ShardInfo, _ProgressBar, save_index
+from loaderfactory.shards.index import INDEX_NAME, ShardInfo, save_index
 from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
 from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
+from loaderfactory.shards.progress import ProgressBar
 from loaderfactory.shards.storage import Storage
 
 SHARD_PREFIX = "shard-"
@@ -90,7 +91,7 @@ def pack(
     start = time.perf_counter()
     total, items = _encoded_items(dataset, num_workers)
     width = max(6, len(str(total - 1))) if total else 9
-    with _ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
+    with ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
         try:
             shards = _write_shards(items, format, limit, width, storage, folder, bar)
         finally:
