@@ -114,3 +114,35 @@ def test_the_counters_folder_is_removed_at_exit(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     folder = Path(done.stdout.strip())
     assert folder.name.startswith("loaderfactory-stats-") and not folder.exists()
+
+
+WRAPPERS = {
+    "queue": {
+        "queue": {"kind": "ram", "epoch_size": 6, "num_workers": 2, "worker_type": "process", "batch_size": 4}
+    },
+    "sharded": {"loader": {"kind": "sharded", "batch_size": 4, "num_workers": 2}},
+    "stream": {"loader": {"kind": "torch", "batch_size": 4}, "stream": {"kind": "epochs", "buffer_size": 2}},
+}
+
+
+@pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
+def test_the_run_report_finds_the_shards_behind_any_kind(
+    tmp_path: Path, wrapper: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run through a queue filled by worker processes, a ``sharded`` loader with workers or a
+    stream reports the shards it read, counted where they were read."""
+    import tqdm
+
+    from loaderfactory import validate
+    from loaderfactory.hydra.job import run_job
+
+    # Even a disabled bar starts tqdm's monitor thread, which outlives the run (the command exits).
+    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
+
+    _indexed(tmp_path / "data")
+    config = {"dataset": {"kind": "shards", "urls": f"{tmp_path / 'data'}/"}, **WRAPPERS[wrapper]}
+    config["run"] = {"progress": False, "batches": 5}
+    report = run_job(validate(config), tmp_path, lambda text: None)
+    assert report["shards"]["shards_opened"] >= 1
+    assert report["shards"]["bytes_read_local"] > 0
+    assert report["shards"]["processes"] == (1 if wrapper == "stream" else 3)
