@@ -215,7 +215,7 @@ def test_plan_shows_the_shards_from_the_index_alone(tmp_path: Path) -> None:
         f"samples: {TOTAL}; per rank: {per_rank['drop']} (balance drop; pad: {per_rank['pad']}, "
         f"uneven: {per_rank['uneven']}); steps per epoch: {-(-per_rank['drop'] // 2)}"
     ) in out
-    assert f"({3 * max(sizes)} bytes) holds 3 of the largest shard" in out
+    assert f"({3 * max(sizes)} bytes): room for 3 of the largest shard" in out
 
 
 def test_plan_says_when_there_is_no_cache_bound(tmp_path: Path) -> None:

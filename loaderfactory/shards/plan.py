@@ -70,16 +70,16 @@ def format_shards_plan(figures: dict[str, Any], steps: int | None) -> list[str]:
         f"  samples: {figures['samples']}; per rank: {figures['samples_per_rank']} "
         f"(balance {figures['balance']}; {others}); steps per epoch: "
         f"{steps if steps is not None else 'unknown'}",
-        f"  cache: {_cache_text(figures['cache'], largest['bytes'])}",
+        f"  cache: {_cache_text(figures['cache'])}",
     ]
 
 
-def _cache_text(cache: dict[str, Any], largest: int) -> str:
+def _cache_text(cache: dict[str, Any]) -> str:
     if cache["dir"] is None:
         return f"none ({cache['bound']})"
     if cache["limit"] is None:
         return f"{cache['dir']}, no bound (cache.limit null: it grows to every shard read)"
     return (
-        f"{cache['dir']}, cache.limit {human_bytes(cache['limit'])} holds "
-        f"{cache['largest_shards_that_fit']} of the largest shard ({human_bytes(largest)})"
+        f"{cache['dir']}, cache.limit {human_bytes(cache['limit'])}: room for "
+        f"{cache['largest_shards_that_fit']} of the largest shard"
     )
