@@ -38,6 +38,16 @@ COUNTERS = (
 )
 _SLOT = {name: number for number, name in enumerate(COUNTERS)}
 _ROW_BYTES = 8 * len(COUNTERS)
+_FORKS = [0]
+"""Forks this process descends from: a forked child's thread must leave its parent's row (asking
+the system for the thread's id on every add would cost a system call)."""
+
+
+def _forked() -> None:
+    _FORKS[0] += 1
+
+
+os.register_at_fork(after_in_child=_forked)
 
 
 class NoStats:
@@ -79,9 +89,9 @@ class ShardStats(NoStats):
 
     def add(self, counter: str, amount: int = 1) -> None:
         """Add ``amount`` to ``counter`` (one of :data:`COUNTERS`) in this thread's row."""
-        local, thread = self._local, threading.get_native_id()
-        if getattr(local, "thread", None) != thread:  # first add here, or a forked copy's first
-            local.row, local.thread = self._claim_row(thread), thread
+        local = self._local
+        if getattr(local, "forks", -1) != _FORKS[0]:  # this thread's first add, or a forked child's
+            local.row, local.forks = self._claim_row(threading.get_native_id()), _FORKS[0]
         row = local.row
         if row is not None:
             row[_SLOT[counter]] += amount
