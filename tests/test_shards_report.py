@@ -14,12 +14,11 @@ from typing import Any
 
 import pytest
 from s3_server import S3Server
-from shards_data import id_samples, tar_bytes, write_tar_shards
+from shards_data import id_samples, sample_bytes, tar_bytes, write_indexed_tar_shards, write_tar_shards
 from test_shards_http import RangeHandler
 
 from loaderfactory.shards import ShardInfo, Storage, build_index, save_index
-from loaderfactory.shards.index import INDEX_NAME, index_url
-from loaderfactory.shards.tar_format import scan_tar
+from loaderfactory.shards.index import INDEX_NAME
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNTS = [6, 4, 7, 5]
@@ -46,14 +45,7 @@ def _run(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None) -> 
 
 
 def _indexed(folder: Path) -> list[str]:
-    urls = write_tar_shards(folder, COUNTS)
-    save_index(build_index(urls, Storage(), progress=False), index_url(urls), Storage())
-    return urls
-
-
-def _sample_bytes(urls: list[str], storage: Storage) -> int:
-    """The bytes of every sample's members: what reading each sample once reads at least."""
-    return sum(end - start for url in urls for start, end in (s.span for s in scan_tar(storage, url)))
+    return write_indexed_tar_shards(folder, COUNTS)
 
 
 @pytest.mark.parametrize(("workers", "context"), [(0, "null"), (2, "spawn")])
@@ -68,7 +60,7 @@ def test_the_report_counts_the_shards_read(tmp_path: Path, workers: int, context
     ]
     shards = _run(tmp_path, "dataset=shards", f"dataset.urls={tmp_path / 'data'}/", *loader)
     assert shards["shards_opened"] >= len(COUNTS)
-    assert shards["bytes_read_local"] >= _sample_bytes(urls, Storage())
+    assert shards["bytes_read_local"] >= sample_bytes(urls)
     assert shards["bytes_read"] == shards["bytes_read_local"]
     assert shards["processes"] == 1 + workers
     assert shards["bytes_read_remote"] == shards["cache_fetches"] == shards["retries"] == 0
@@ -127,7 +119,7 @@ def test_retries_after_transient_errors_are_counted(
     shards = _run(tmp_path, "dataset=shards", urls, "loader.num_workers=2")
     assert {f"/train-00000{n}.tar" for n in range(4)} | {f"/{INDEX_NAME}"} <= failed
     assert shards["retries"] == len(failed)
-    assert shards["bytes_read_remote"] >= _sample_bytes(local, Storage())
+    assert shards["bytes_read_remote"] >= sample_bytes(local)
     assert shards["fetch_wait_s"] > 0
 
 

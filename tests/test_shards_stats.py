@@ -11,33 +11,18 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from shards_data import write_tar_shards
+from shards_data import sample_bytes, write_indexed_tar_shards
 from torch.utils.data import DataLoader
 
-from loaderfactory.shards import ShardsDataset, build_index, save_index
-from loaderfactory.shards.index import index_url
+from loaderfactory.shards import ShardsDataset
 from loaderfactory.shards.stats import ShardStats
-from loaderfactory.shards.storage import Storage
-from loaderfactory.shards.tar_format import scan_tar
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNTS = [5, 7, 3, 6]
 
 
 def _indexed(folder: Path) -> ShardsDataset:
-    urls = write_tar_shards(folder, COUNTS)
-    save_index(build_index(urls, Storage(), progress=False), index_url(urls), Storage())
-    return ShardsDataset(urls)
-
-
-def _sample_bytes(dataset: ShardsDataset) -> int:
-    """The bytes of every sample's members (what reading each sample once must read at least)."""
-    total = 0
-    for info in dataset.shards:
-        for sample in scan_tar(Storage(), info.url):
-            start, end = sample.span
-            total += end - start
-    return total
+    return ShardsDataset(write_indexed_tar_shards(folder, COUNTS))
 
 
 def _identity(batch: list[dict[str, object]]) -> list[dict[str, object]]:
@@ -65,7 +50,9 @@ def test_worker_counts_reach_the_main_process(tmp_path: Path, persistent: bool) 
     del loader
     stats = dataset.stats()
     assert read == epochs * sum(COUNTS)
-    assert stats["bytes_read_local"] - before["bytes_read_local"] >= epochs * _sample_bytes(dataset)
+    assert stats["bytes_read_local"] - before["bytes_read_local"] >= epochs * sample_bytes(
+        [info.url for info in dataset.shards]
+    )
     assert stats["shards_opened"] >= len(COUNTS)
     assert stats["processes"] >= 3  # this one and at least two workers
     assert stats["bytes_read_remote"] == stats["retries"] == stats["cache_fetches"] == 0
