@@ -4,7 +4,8 @@ Building a :class:`~loaderfactory.loader.Loader` starts no thread or process (th
 first ``iter()``), so the plan asks the built components: each says what it runs and holds with
 ``footprint(item_bytes, batch_bytes) -> (runs, bytes, what)``; a component without one gets a line
 from its ``num_workers``, marked "not estimated". Bytes come from one item loaded from the dataset,
-times the batch size.
+times the batch size (a shards dataset's from its index: no shard is opened, see
+:mod:`loaderfactory.shards.plan`).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 
 from loaderfactory.components.data.batch_utils import batch_nbytes
 from loaderfactory.components.data.sources import is_map_style
+from loaderfactory.components.order import BALANCE
 from loaderfactory.loader import Loader
 
 
@@ -38,6 +40,8 @@ class Plan:
     world_size: int = 1
     item_bytes: int | None = None
     batch_bytes: int | None = None
+    shards: dict[str, Any] | None = None
+    """A shards dataset's figures (:func:`loaderfactory.shards.plan.shards_plan`); None: not one."""
 
     @property
     def total_bytes(self) -> int:
@@ -52,14 +56,22 @@ class Plan:
             "batch_bytes": self.batch_bytes,
             "total_bytes": self.total_bytes,
             "slots": [s.__dict__ for s in self.slots],
+            **({"shards": self.shards} if self.shards is not None else {}),
         }
 
 
 def make_plan(loader: Loader) -> Plan:
     """The plan of a built, not yet iterated ``loader``."""
+    from loaderfactory.shards.find import find_shards
+    from loaderfactory.shards.plan import mean_sample_bytes, shards_plan
+
     dataset = loader.dataset
-    item = _first_item(dataset)
-    item_bytes = batch_nbytes(item) if item is not None else None
+    shards = find_shards(dataset) if dataset is not None else None
+    if shards is not None:  # the index tells; reading an item would open a shard, maybe fetch it
+        item_bytes = mean_sample_bytes(shards)
+    else:
+        item = _first_item(dataset)
+        item_bytes = batch_nbytes(item) if item is not None else None
     plan = Plan(item_bytes=item_bytes)
     try:
         plan.batches_per_epoch = len(loader)
@@ -71,6 +83,11 @@ def make_plan(loader: Loader) -> Plan:
     for slot, component in loader.components.items():
         plan.slots.append(_slot_plan(slot, component, item_bytes or 0, batch, plan))
     plan.slots.append(SlotPlan("consumer", "your loop", "your thread", batch, "the batch in hand"))
+    if shards is not None:
+        balance = getattr(getattr(loader.spec, "loader", None), "balance", None)
+        plan.shards = shards_plan(
+            shards, plan.rank, plan.world_size, balance if balance in BALANCE else "pad"
+        )
     return plan
 
 
@@ -123,6 +140,10 @@ def format_plan(plan: Plan) -> str:
             f"  {s.slot:<{width}}  {s.kind}: {s.runs}; holds up to {_mib(s.holds_bytes)} ({s.holds})"
         )
     lines.append(f"data held at most: {_mib(plan.total_bytes)}")
+    if plan.shards is not None:
+        from loaderfactory.shards.plan import format_shards_plan
+
+        lines += format_shards_plan(plan.shards, plan.batches_per_epoch)
     return "\n".join(lines)
 
 

@@ -27,12 +27,37 @@ forked workers share with the main process once, where a sum of RSS counts it on
 def format_report(summary: dict[str, Any]) -> str:
     """The headline figures as an aligned two-column table; an interrupted run says so first."""
     measure = str(summary.get("memory_measure", "rss")).upper()
-    rows = [(key, label.format(measure=measure), unit) for key, label, unit in _ROWS if key in summary]
-    width = max((len(label) for _, label, _ in rows), default=0)
-    lines = [f"{label:<{width}}  {summary.get(key)} {unit}".rstrip() for key, label, unit in rows]
+    rows = [
+        (label.format(measure=measure), f"{summary.get(key)} {unit}")
+        for key, label, unit in _ROWS
+        if key in summary
+    ]
+    rows += _shards_rows(summary.get("shards"))
+    width = max((len(label) for label, _ in rows), default=0)
+    lines = [f"{label:<{width}}  {value}".rstrip() for label, value in rows]
     if summary.get("interrupted"):
         lines.insert(0, "interrupted (Ctrl-C): the figures cover the batches drawn until then")
     return "\n".join(lines)
+
+
+def _shards_rows(shards: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """The report's ``shards`` section as rows: what reading the shards cost, all workers together."""
+    if not shards:
+        return []
+    mib = 2**20
+    return [
+        ("shards opened", str(shards["shards_opened"])),
+        (
+            "shard bytes read (remote + local)",
+            f"{shards['bytes_read_remote'] / mib:.1f} + {shards['bytes_read_local'] / mib:.1f} MiB",
+        ),
+        ("shard fetch wait", f"{shards['fetch_wait_s']} s"),
+        (
+            "shard cache hits / fetches / evictions",
+            f"{shards['cache_hits']} / {shards['cache_fetches']} / {shards['cache_evictions']}",
+        ),
+        ("shard read retries", str(shards["retries"])),
+    ]
 
 
 def write_report(summary: dict[str, Any], path: Path) -> Path:

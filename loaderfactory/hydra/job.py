@@ -51,6 +51,9 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
     if not interrupted and summary["batches"] == 0:
         raise ConfigError(no_batch_problem(spec, loader))
     summary.update(_memory_figures(memory))
+    shards = _shards_figures(loader)
+    if shards is not None:
+        summary["shards"] = shards
     summary["config"] = spec.model_dump(mode="json", by_alias=True)
     report = out_dir / spec.run.report
     if interrupted:
@@ -118,6 +121,15 @@ def _memory_figures(memory: Any) -> dict[str, Any]:
         "peak_growth_mb": round(memory.growth_mb, 1),  # what building and running added
         "memory_measure": memory.measure,
     }
+
+
+def _shards_figures(loader: Loader) -> dict[str, Any] | None:
+    """What reading the shards cost, summed over the workers, when the pipeline reads a shards
+    dataset (whatever wraps it); None otherwise."""
+    from loaderfactory.shards.find import find_shards
+
+    dataset = find_shards(list(loader.components.values()))
+    return None if dataset is None else dataset.stats()
 
 
 def no_batch_problem(spec: LoaderSpec, loader: Loader) -> ConfigProblem:

@@ -74,7 +74,8 @@ class ShardCache:
 
     Safe to share between threads, and between processes on one machine (ranks, DataLoader
     workers) through file locks. The counters (``fetched``, ``hits``, ``evicted``,
-    ``bytes_fetched``) count this process's work.
+    ``bytes_fetched``) count this process's work; ``storage.stats`` adds them up across processes,
+    with the time readers spent in :meth:`hold`.
 
     Args:
         dir: the cache folder; created if absent. Checked writable now.
@@ -147,6 +148,10 @@ class ShardCache:
         """:meth:`local`, with the file locked against eviction until the returned handle is closed."""
         if not is_remote(url):
             return HeldShard(self.local(url), None)
+        with self.storage.stats.timed("hold_ns"):  # what a reader waits for a shard: the fetch's time
+            return self._hold(url)
+
+    def _hold(self, url: str) -> HeldShard:
         for _ in range(HOLD_ATTEMPTS):
             path = self.local(url)
             try:
@@ -222,6 +227,7 @@ class ShardCache:
     def _count(self, name: str, amount: int) -> None:
         with self._counts:
             setattr(self, name, getattr(self, name) + amount)
+        self.storage.stats.add(name, amount)
 
 
 def _evict(path: Path) -> bool:

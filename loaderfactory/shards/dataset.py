@@ -22,6 +22,7 @@ from loaderfactory.shards.index import ShardInfo, build_index, find_index, index
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.predownload import Predownloader
+from loaderfactory.shards.stats import ShardStats, summarise
 from loaderfactory.shards.storage import Storage, is_remote
 from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.urls import expand_urls
@@ -61,6 +62,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             (needs ``cache_dir``; the rule is in :mod:`loaderfactory.shards.predownload`).
 
     Attributes:
+        index_source: where the index came from: its URL, ``"given"``, or ``"built"`` (no index
+            beside the shards: each was read once to count its samples).
         visit_order: the order the coming reads follow (global sample indices), for ``predownload``;
             None: stored order. Set by whoever computes the epoch's order in this process.
     """
@@ -90,10 +93,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 f"predownload={predownload}: must be ≥ 0 and needs cache.dir (shards are fetched "
                 "ahead into the cache); set cache.dir or predownload=0"
             )
-        self.storage = Storage(storage_options, retries)
+        self.counters = ShardStats()  # every reading process adds to it: see stats()
+        self.storage = Storage(storage_options, retries, stats=self.counters)
         self.shard_format = shard_format
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
-        self.urls, self.shards = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
+        found = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
+        self.urls, self.shards, self.index_source = found
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
@@ -116,25 +121,32 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         """Remote reads retried after a transient error, in this process."""
         return self.storage.retried
 
+    def stats(self) -> dict[str, Any]:
+        """What reading this dataset cost so far, summed over this process and its DataLoader workers:
+        shards opened, bytes read (remote and local), the time readers waited on storage, cache hits,
+        fetches and evictions, retries (see :func:`loaderfactory.shards.stats.summarise`)."""
+        return summarise(self.counters.totals(), cached=self.cache is not None)
+
     def _find(
         self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None
-    ) -> tuple[list[str], list[ShardInfo]]:
+    ) -> tuple[list[str], list[ShardInfo], str]:
         self.urls = expand_urls(urls, self.storage)
         if not self.urls:
             raise FileNotFoundError(f"{urls!r}: matched no shards")
-        return self.urls, self._index(index)
+        return self.urls, *self._index(index)
 
-    def _index(self, index: str | Sequence[ShardInfo] | None) -> list[ShardInfo]:
+    def _index(self, index: str | Sequence[ShardInfo] | None) -> tuple[list[ShardInfo], str]:
+        """The shards' entries and where they came from (:attr:`index_source`)."""
         if index is None:
             found = find_index(self.urls, self.storage)
             if found is not None:
-                return found
+                return found, index_url(self.urls)
             log.info(
                 "no index at %s: reading %d shard(s) once to count samples",
                 index_url(self.urls),
                 len(self.urls),
             )
-            return build_index(self.urls, self.storage, forced=self.shard_format)
+            return build_index(self.urls, self.storage, forced=self.shard_format), "built"
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
         absent = [url for url in self.urls if url not in known]
@@ -143,7 +155,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 f"index {index if isinstance(index, str) else '(given)'} lists no {absent[0]!r}"
                 f" ({len(absent)} shard(s) missing); index the shards again"
             )
-        return [known[url] for url in self.urls]
+        return [known[url] for url in self.urls], index if isinstance(index, str) else "given"
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
@@ -199,6 +211,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                     " the shard changed since it was indexed: index it again"
                 )
             self._open[number] = opened
+            self.storage.stats.add("opened")
             return opened
 
     def _open_shard(self, info: ShardInfo) -> Shard:

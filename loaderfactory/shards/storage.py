@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from loaderfactory.shards.errors import StorageError
+from loaderfactory.shards.stats import NoStats
 
 T = TypeVar("T")
 REMOTE_SCHEMES = ("s3", "gs", "http", "https")
@@ -63,12 +64,18 @@ class Storage:
         retries: how many times a failing remote call is retried, with exponential backoff starting
             at ``backoff_s``; :attr:`retried` counts the retries made. A missing object is never retried.
         backoff_s: the first wait between retries; it doubles each time.
+        stats: counts bytes read, retries and time in remote requests across processes (a
+            :class:`~loaderfactory.shards.stats.ShardStats`); the default counts nothing.
 
     Picklable and fork-safe: a copy in a worker process opens its own connections on first use.
     """
 
     def __init__(
-        self, storage_options: Mapping[str, Any] | None = None, retries: int = 3, backoff_s: float = 0.1
+        self,
+        storage_options: Mapping[str, Any] | None = None,
+        retries: int = 3,
+        backoff_s: float = 0.1,
+        stats: NoStats | None = None,
     ) -> None:
         if retries < 0:
             raise ValueError(f"retries must be ≥ 0, got {retries}")
@@ -76,6 +83,7 @@ class Storage:
         self.retries = retries
         self.backoff_s = backoff_s
         self.retried = 0
+        self.stats = stats or NoStats()
         self._filesystems: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -118,11 +126,15 @@ class Storage:
         scheme, rest = split_scheme(url)
         if scheme == "file":
             try:
-                return Path(rest).read_bytes()
+                data = Path(rest).read_bytes()
             except FileNotFoundError as err:
                 raise missing(url) from err
+            self.stats.add("bytes_local", len(data))
+            return data
         fs, path = self._remote(scheme, rest)
-        return bytes(self._retry(url, lambda: fs.cat_file(path)))
+        data = bytes(self._retry(url, lambda: fs.cat_file(path)))
+        self.stats.add("bytes_remote", len(data))
+        return data
 
     def read_range(self, url: str, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object at ``url`` (fewer where the object ends before ``end``)."""
@@ -133,11 +145,15 @@ class Storage:
             try:
                 with open(rest, "rb") as file:
                     file.seek(start)
-                    return file.read(end - start)
+                    data = file.read(end - start)
             except FileNotFoundError as err:
                 raise missing(url) from err
+            self.stats.add("bytes_local", len(data))
+            return data
         fs, path = self._remote(scheme, rest)
-        return bytes(self._retry(url, lambda: fs.cat_file(path, start=start, end=end)))
+        data = bytes(self._retry(url, lambda: fs.cat_file(path, start=start, end=end)))
+        self.stats.add("bytes_remote", len(data))
+        return data
 
     def write(self, url: str, data: bytes) -> None:
         """Write ``data`` as the object at ``url`` (a local file appears whole: written aside, renamed)."""
@@ -158,6 +174,10 @@ class Storage:
 
     def _retry(self, url: str, call: Callable[[], T]) -> T:
         """Run ``call``; retry transient failures with backoff; name ``url`` in every error."""
+        with self.stats.timed("remote_ns"):
+            return self._attempts(url, call)
+
+    def _attempts(self, url: str, call: Callable[[], T]) -> T:
         wait = self.backoff_s
         for attempt in range(self.retries + 1):
             try:
@@ -173,6 +193,7 @@ class Storage:
                         f"{_first_line(err)}); is the server reachable and the endpoint right?"
                     ) from err
             self.retried += 1
+            self.stats.add("retries")
             time.sleep(wait)  # backoff between attempts against a struggling server
             wait *= 2
         raise AssertionError("unreachable")
