@@ -143,7 +143,8 @@ class ShardsDatasetSpec(Spec):
             )
             problems.append(("open_shards", message, self.open_shards))
         if self.fetch == "range" and self.predownload:
-            message = "fetches shards into the cache, but fetch: range has none; set fetch: whole or predownload: 0"
+            message = "fetches shards into the cache, but fetch: range has none; set fetch: whole"
+            message += " or predownload: 0"
             problems.append(("predownload", message, self.predownload))
         if self.fetch == "range" and self.cache is not None:
             message = "holds shards fetched whole, but fetch is range; set fetch: whole or cache: null"
