@@ -66,13 +66,26 @@ def _private_folders(folder: Path) -> list[str]:
     return sorted(name for name in os.listdir(folder) if name.startswith(PREFIX))
 
 
+@pytest.fixture(scope="session")
+def resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (one process, alive for the session by design), which
+    a spawn-context DataLoader starts, before a test takes its census of child processes."""
+    from multiprocessing import resource_tracker
+
+    resource_tracker.ensure_running()
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_two_workers_read_each_http_shard_about_once(
-    http_shards: tuple[list[str], Counter[str]], private_tmp: Path
+    http_shards: tuple[list[str], Counter[str]], private_tmp: Path, context: str, resource_tracker: None
 ) -> None:
-    """A shuffled epoch through 2 workers sends each shard's bytes about once (fetched whole into the
-    private cache the workers share, not walked and range-read by each) and gives every id once."""
+    """A shuffled epoch through 2 workers (forked, or spawned with predownload) sends each shard's
+    bytes about once (fetched whole into the private cache the workers share, not walked and
+    range-read by each) and gives every id once."""
     urls, served = http_shards
-    with loaderfactory.build_loader(_config(urls)) as loader:
+    config = _config(urls, predownload=8 if context == "spawn" else 0)
+    config["loader"]["multiprocessing_context"] = context
+    with loaderfactory.build_loader(config) as loader:
         assert _ids(loader) == Counter(range(sum(COUNTS)))
         sizes = {
             f"/{Path(url).name}": info.bytes for url, info in zip(urls, loader.dataset.shards, strict=True)
