@@ -86,12 +86,21 @@ class ShardCache:
             so the cache can pass ``limit`` while more than ``limit`` of shards are held open
             (logged); shards being fetched at that moment also come on top of it.
         storage: reads the remote shards (its ``retries`` apply to each range read).
+        over_limit_level: the log level of the note that shards in use pass ``limit`` (a warning for
+            a limit the user set; a dataset's private folder, bounded by its own estimate, says INFO).
     """
 
-    def __init__(self, dir: str | os.PathLike[str], limit: int | None, storage: Storage) -> None:
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        limit: int | None,
+        storage: Storage,
+        over_limit_level: int = logging.WARNING,
+    ) -> None:
         if limit is not None and limit <= 0:
             raise ValueError(f"cache.limit must be > 0 bytes, got {limit}")
         self.dir, self.limit, self.storage = Path(dir), limit, storage
+        self.over_limit_level = over_limit_level
         self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
         self._counts = threading.Lock()
         self._check_writable()
@@ -206,7 +215,8 @@ class ShardCache:
                     total -= stat.st_size
                     self._count("evicted", 1)
             if total + incoming > self.limit:
-                log.warning(
+                log.log(
+                    self.over_limit_level,
                     "cache.dir %s holds %s in shards in use, over cache.limit %s with the next one",
                     self.dir,
                     human_bytes(total),

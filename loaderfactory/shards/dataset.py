@@ -112,7 +112,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self._cache_limit, self._cache_is_private = cache_limit, cache_dir is None
         self._private: PrivateFolder | None = None
         self._published: PublishedOrder | None = None
-        if fetch == "whole" and any(is_remote(info.url) for info in self.shards):
+        remote = fetch == "whole" and any(is_remote(info.url) for info in self.shards)
+        if remote and (cache_dir is None or predownload):  # a cache to hold, or an order to publish
             self._set_up_private()
         self._check_cache_limit()
 
@@ -122,7 +123,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self._published = PublishedOrder(self._private.path)
         if self._cache_is_private:
             limit = self.default_cache_limit() if self._cache_limit is None else self._cache_limit
-            self.cache = ShardCache(self._private.path, limit, self.storage)
+            # Past its own estimate, by shards held open in several workers: no surprise, so INFO.
+            level = logging.INFO if self._cache_limit is None else logging.WARNING
+            self.cache = ShardCache(self._private.path, limit, self.storage, level)
 
     def default_cache_limit(self) -> int:
         """The private cache's bound: the largest remote shard times what may be held at once (the
