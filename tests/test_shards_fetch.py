@@ -22,6 +22,7 @@ from s3_server import S3Server
 from shards_data import id_samples, tar_bytes, write_tar_shards
 
 import loaderfactory
+from loaderfactory.errors import ConfigError
 from loaderfactory.shards import INDEX_NAME, ShardsDataset, Storage, build_index, save_index
 from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.order import window_order
@@ -104,6 +105,24 @@ def test_range_fetch_reads_every_id_without_a_cache(
     with loaderfactory.build_loader(_config(urls, fetch="range")) as loader:
         assert loader.dataset.cache is None and _private_folders(private_tmp) == []
         assert _ids(loader) == Counter(range(sum(COUNTS)))
+
+
+def test_the_private_cache_is_bounded_by_cache_limit_or_its_own_estimate(
+    http_shards: tuple[list[str], Counter[str]], private_tmp: Path
+) -> None:
+    """Without ``cache.dir`` the private folder holds the cache: bounded by ``cache.limit`` when set
+    (a limit below a shard refused, no folder left), else by what ``open_shards`` need."""
+    urls, _ = http_shards
+    largest = max(info.bytes for info in build_index(urls, Storage(), progress=False))
+    with loaderfactory.build_loader(_config(urls, 0)) as loader:
+        cache = loader.dataset.cache
+        assert cache.dir.parent == private_tmp and cache.limit == largest * (2 + 1)  # open_shards: 2
+    with loaderfactory.build_loader(_config(urls, 0, cache={"limit": 4 * largest})) as loader:
+        assert loader.dataset.cache.limit == 4 * largest
+        assert _ids(loader) == Counter(range(sum(COUNTS)))
+    with pytest.raises(ConfigError, match=r"dataset: cache.limit .* is smaller than the shard"):
+        loaderfactory.build_loader(_config(urls, 0, cache={"limit": largest // 2}))
+    assert _private_folders(private_tmp) == []
 
 
 def test_s3_shards_are_fetched_once_each_by_two_workers(

@@ -115,7 +115,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         remote = fetch == "whole" and any(is_remote(info.url) for info in self.shards)
         if remote and (cache_dir is None or predownload):  # a cache to hold, or an order to publish
             self._set_up_private()
-        self._check_cache_limit()
+        try:
+            self._check_cache_limit()
+        except ValueError:
+            if self._private is not None:
+                self._private.remove()
+            raise
 
     def _set_up_private(self) -> None:
         """The private folder: the cache without ``cache_dir``, and the published epoch order."""
