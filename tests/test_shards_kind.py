@@ -40,7 +40,14 @@ def _validate(**fields: Any) -> Any:
             "dataset.urls.1: is a parquet shard but format is tar; set format: auto or parquet",
         ),
         ({"urls": "a.tar", "shuffle_window": 5}, "dataset.open_shards: must be ≥ shuffle_window \\(5\\)"),
-        ({"urls": "a.tar", "predownload": 8}, "dataset.predownload: fetches shards into the cache"),
+        (
+            {"urls": "a.tar", "predownload": 8, "fetch": "range"},
+            "dataset.predownload: fetches shards into the cache, but fetch: range has none",
+        ),
+        (
+            {"urls": "a.tar", "fetch": "range", "cache": {"dir": "/c"}},
+            "dataset.cache: holds shards fetched whole, but fetch is range; set fetch: whole or cache: null",
+        ),
         (
             {"urls": "a.tar", "cache": {"dir": "/c", "limit": "lots"}},
             "dataset.cache.limit: .*'lots' is not a size",

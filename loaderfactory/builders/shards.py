@@ -44,6 +44,7 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             open_shards=spec.open_shards,
             shuffle_window=spec.shuffle_window,
             shard_format=spec.format,
+            fetch=spec.fetch,
             **extra,
         )
     except FileNotFoundError as err:

@@ -1,7 +1,8 @@
 """A local disk cache of remote shards, shared by every rank and worker process on one machine.
 
 Each remote shard becomes one file ``<16 hex digits of sha1(url)>.<its name>`` in the cache folder,
-beside an empty lock file ``.<that name>.lock``. Processes coordinate with ``flock`` locks only:
+beside an empty lock file ``.<that name>.lock`` (deleted with it). Processes coordinate with
+``flock`` locks only:
 
 - fetch: take the shard's lock file exclusively; a shard already there is reused, else it is written
   to ``.<name>.partial`` and renamed into place (atomic), so a second process waits, then reuses it;
@@ -9,8 +10,11 @@ beside an empty lock file ``.<that name>.lock``. Processes coordinate with ``flo
 - use: the cached file is held open with a shared lock while its shard is open
   (:meth:`ShardCache.hold`); each use touches it (its mtime orders the LRU);
 - evict: before a fetch, least recently used first until the new shard fits ``limit``; only files
-  that take an exclusive non-blocking lock (open nowhere on the machine), only names of the
-  pattern above. Local and ``file://`` shards never enter the cache: they are read in place.
+  whose lock file and themselves take an exclusive non-blocking lock (fetched and open nowhere on
+  the machine), only names of the pattern above; the lock file goes with the shard (a process
+  waiting on a deleted lock file takes the new one instead, see ``_locked``).
+
+Local and ``file://`` shards never enter the cache: they are read in place.
 """
 
 from __future__ import annotations
@@ -83,12 +87,21 @@ class ShardCache:
             so the cache can pass ``limit`` while more than ``limit`` of shards are held open
             (logged); shards being fetched at that moment also come on top of it.
         storage: reads the remote shards (its ``retries`` apply to each range read).
+        over_limit_level: the log level of the note that shards in use pass ``limit`` (a warning for
+            a limit the user set; a dataset's private folder, bounded by its own estimate, says INFO).
     """
 
-    def __init__(self, dir: str | os.PathLike[str], limit: int | None, storage: Storage) -> None:
+    def __init__(
+        self,
+        dir: str | os.PathLike[str],
+        limit: int | None,
+        storage: Storage,
+        over_limit_level: int = logging.WARNING,
+    ) -> None:
         if limit is not None and limit <= 0:
             raise ValueError(f"cache.limit must be > 0 bytes, got {limit}")
         self.dir, self.limit, self.storage = Path(dir), limit, storage
+        self.over_limit_level = over_limit_level
         self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
         self._counts = threading.Lock()
         self._check_writable()
@@ -132,7 +145,7 @@ class ShardCache:
         if not is_remote(url):
             return split_scheme(url)[1]
         path = self.path_of(url)
-        with _locked(path.with_name(f".{path.name}.lock"), fcntl.LOCK_EX):
+        with _locked(_lock_path(path), fcntl.LOCK_EX):
             if path.exists():
                 with contextlib.suppress(FileNotFoundError):  # evicted just now: fetched again below
                     _touch(path)
@@ -207,7 +220,8 @@ class ShardCache:
                     total -= stat.st_size
                     self._count("evicted", 1)
             if total + incoming > self.limit:
-                log.warning(
+                log.log(
+                    self.over_limit_level,
                     "cache.dir %s holds %s in shards in use, over cache.limit %s with the next one",
                     self.dir,
                     human_bytes(total),
@@ -231,21 +245,25 @@ class ShardCache:
 
 
 def _evict(path: Path) -> bool:
-    """Delete the cached shard at ``path`` unless a process holds it; True when deleted."""
+    """Delete the cached shard at ``path`` and its lock file unless a process holds or fetches it;
+    True when deleted."""
+    lock = _lock_path(path)
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        if os.stat(path).st_ino != os.fstat(fd).st_ino:
-            return False
-        path.unlink()
-        return True
+        with _locked(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                    return False
+                path.unlink()
+            finally:
+                os.close(fd)
+            # Safe under the lock: a process that opened the old lock file and waits on it finds it
+            # unlinked once it gets the lock, and takes a new one (see _locked).
+            lock.unlink(missing_ok=True)
+            return True
     except (BlockingIOError, FileNotFoundError):
-        return False  # held open by a reader, or evicted by another process meanwhile
-    finally:
-        os.close(fd)
+        return False  # being fetched or read, or evicted by another process meanwhile
 
 
 def _touch(path: Path) -> None:
@@ -255,12 +273,30 @@ def _touch(path: Path) -> None:
     os.utime(path, ns=(now, now))
 
 
+def _lock_path(path: Path) -> Path:
+    return path.with_name(f".{path.name}.lock")
+
+
 @contextlib.contextmanager
 def _locked(path: Path, operation: int) -> Iterator[None]:
-    """Hold a ``flock`` on the file ``path`` (created if absent); per open file, so threads exclude too."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+    """Hold a ``flock`` on the file ``path`` (created if absent); per open file, so threads exclude too.
+
+    Eviction deletes a shard's lock file while holding it: a lock taken on a file no longer at
+    ``path`` (the inode differs, or none is there) protects nothing, so it is dropped and taken
+    again on the file now there. Raises BlockingIOError for a busy ``LOCK_NB`` lock.
+    """
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        try:
+            fcntl.flock(fd, operation)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)
     try:
-        fcntl.flock(fd, operation)
         yield
     finally:
         os.close(fd)

@@ -22,6 +22,8 @@ from loaderfactory.shards.index import ShardInfo, build_index, find_index, index
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.predownload import Predownloader
+from loaderfactory.shards.private_folder import PrivateFolder
+from loaderfactory.shards.published_order import PublishedOrder
 from loaderfactory.shards.stats import ShardStats, summarise
 from loaderfactory.shards.storage import Storage, is_remote
 from loaderfactory.shards.tar_format import TarShard
@@ -54,18 +56,29 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
             ``"auto"``: by extension.
         cache_dir: a local folder to fetch remote shards into, whole, before reading them (shared
-            safely by the ranks and workers of a machine); None: remote shards are read by byte
-            ranges. Local shards are always read in place. See :class:`ShardCache`.
+            safely by the ranks and workers of a machine, kept after the run). None: a private
+            temporary folder created now (shared by the workers this process starts later, removed
+            by :meth:`close`, when the dataset is collected, or at exit; see
+            :mod:`~loaderfactory.shards.private_folder`). Local shards are always read in place.
+            See :class:`ShardCache`.
         cache_limit: the most bytes of shards the cache keeps (least recently used evicted first,
-            never a shard open anywhere on the machine); None: no bound.
-        predownload: how many samples ahead to fetch the shards of, on background threads
-            (needs ``cache_dir``; the rule is in :mod:`loaderfactory.shards.predownload`).
+            never a shard open anywhere on the machine); None: no bound with ``cache_dir``, and
+            for the private folder what open shards and predownload need
+            (:meth:`default_cache_limit`).
+        predownload: how many samples ahead to fetch the shards of, on background threads (the
+            rule is in :mod:`loaderfactory.shards.predownload`).
+        fetch: ``"whole"``: a remote shard is fetched whole into the cache once per process tree
+            (once per machine with a shared ``cache_dir``) and read locally by every worker.
+            ``"range"``: each read is a byte-range request and nothing is cached (every worker walks
+            the tar headers itself); only for sparse reads of shards too large to fetch.
 
     Attributes:
         index_source: where the index came from: its URL, ``"given"``, or ``"built"`` (no index
             beside the shards: each was read once to count its samples).
         visit_order: the order the coming reads follow (global sample indices), for ``predownload``;
-            None: stored order. Set by whoever computes the epoch's order in this process.
+            None: stored order. :meth:`epoch_order` sets it and publishes ``(seed, epoch)`` in the
+            private folder, where DataLoader workers (forked or spawned, persistent or not) pick it
+            up on their next read (:mod:`~loaderfactory.shards.published_order`).
     """
 
     def __init__(
@@ -83,19 +96,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         cache_dir: str | None = None,
         cache_limit: int | None = None,
         predownload: int = 0,
+        fetch: str = "whole",
     ) -> None:
-        if open_shards < 1:
-            raise ValueError(f"open_shards must be ≥ 1, got {open_shards}")
-        if shuffle_window < 1:
-            raise ValueError(f"shuffle_window must be ≥ 1, got {shuffle_window}")
-        if predownload < 0 or (predownload and cache_dir is None):
-            raise ValueError(
-                f"predownload={predownload}: must be ≥ 0 and needs cache.dir (shards are fetched "
-                "ahead into the cache); set cache.dir or predownload=0"
-            )
+        _check_arguments(open_shards, shuffle_window, predownload, fetch, cache_dir)
         self.counters = ShardStats()  # every reading process adds to it: see stats()
         self.storage = Storage(storage_options, retries, stats=self.counters)
-        self.shard_format = shard_format
+        self.shard_format, self.fetch = shard_format, fetch
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
         found = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
         self.urls, self.shards, self.index_source = found
@@ -106,8 +112,39 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self._lock = threading.Lock()
         self.predownload = predownload
         self.visit_order: Sequence[int] | None = None
+        self._visit_epoch: tuple[int, int] | None = None  # (seed, epoch) of visit_order
         self._predownloader: Predownloader | None = None
-        self._check_cache_limit()
+        self._cache_limit, self._cache_is_private = cache_limit, cache_dir is None
+        self._private: PrivateFolder | None = None
+        self._published: PublishedOrder | None = None
+        remote = fetch == "whole" and any(is_remote(info.url) for info in self.shards)
+        if remote and (cache_dir is None or predownload):  # a cache to hold, or an order to publish
+            self._set_up_private()
+        try:
+            self._check_cache_limit()
+        except ValueError:
+            if self._private is not None:
+                self._private.remove()
+            raise
+
+    def _set_up_private(self) -> None:
+        """The private folder: the cache without ``cache_dir``, and the published epoch order."""
+        self._private = PrivateFolder()
+        self._published = PublishedOrder(self._private.path)
+        if self._cache_is_private:
+            limit = self.default_cache_limit() if self._cache_limit is None else self._cache_limit
+            # Past its own estimate, by shards held open in several workers: no surprise, so INFO.
+            level = logging.INFO if self._cache_limit is None else logging.WARNING
+            self.cache = ShardCache(self._private.path, limit, self.storage, level)
+
+    def default_cache_limit(self) -> int:
+        """The private cache's bound: the largest remote shard times what may be held at once (the
+        ``open_shards``, one being fetched, and the shards of ``predownload`` samples ahead)."""
+        remote = [info for info in self.shards if is_remote(info.url)]
+        largest = max((info.bytes for info in remote), default=0) or 1
+        fewest = max(1, min((info.samples for info in remote), default=1))
+        ahead = min(len(remote), 1 + -(-self.predownload // fewest)) if self.predownload else 0
+        return largest * (self.open_shards + 1 + ahead)
 
     def _check_cache_limit(self) -> None:
         """Refuse a cache limit below the largest remote shard before anything is fetched."""
@@ -166,7 +203,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         ``OrderedDataset`` protocol, so ``shuffle: true`` on every kind follows it."""
         counts = [info.samples for info in self.shards]
         order: list[int] = window_order(counts, seed, epoch, self.shuffle_window).tolist()
-        self.visit_order = order  # what predownload fetches ahead by, in this process
+        self.visit_order, self._visit_epoch = order, (seed, epoch)  # what predownload follows
+        if self._published is not None and self.predownload:  # before the epoch's first index is sent
+            self._published.publish(seed, epoch)
         return order
 
     def locate(self, index: int) -> tuple[int, int]:
@@ -217,6 +256,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
     def _open_shard(self, info: ShardInfo) -> Shard:
         """The shard of ``info``: from the cache when there is one and it is remote, else in place."""
         format_class = TarShard if info.format == "tar" else ParquetShard
+        if self._private is not None and self._private.removed and self._private.owner == os.getpid():
+            self._set_up_private()  # used again after close(): a new private folder
         if self.cache is None or not is_remote(info.url):
             return format_class(self.storage, info.url, self.decode)
         held = self.cache.hold(info.url)
@@ -231,11 +272,22 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                     loader.close()
                 loader = self._predownloader = self._new_predownloader()
         if loader is not None:
-            loader.advance(index, self.visit_order)
+            loader.advance(index, self._current_order())
+
+    def _current_order(self) -> Sequence[int] | None:
+        """``visit_order``, after taking up an epoch order published by another process."""
+        published = None if self._published is None else self._published.read()
+        if published is not None and published != self._visit_epoch:
+            counts = [info.samples for info in self.shards]
+            self.visit_order = window_order(counts, *published, self.shuffle_window).tolist()
+            self._visit_epoch = published
+        return self.visit_order
 
     def _new_predownloader(self) -> Predownloader | None:
         """A predownloader fetching as many shards ahead as fit beside the one in use, if any."""
-        assert self.cache is not None  # checked in __init__: predownload needs a cache
+        if self.cache is None:  # no remote shard, or fetch="range": nothing to fetch ahead
+            self.predownload = 0
+            return None
         largest = max(info.bytes for info in self.shards) or 1
         room = len(self.shards) if self.cache.limit is None else self.cache.limit // largest - 1
         if room < 1:
@@ -250,13 +302,16 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return Predownloader(self.cache, urls, self._ends, self.predownload, room)
 
     def close(self) -> None:
-        """Close the open shards (they reopen on the next sample) and stop predownload threads."""
+        """Close the open shards and stop predownload threads; in the process that built the dataset,
+        remove its private folder too. Used again, it reopens shards (in a new private folder)."""
         with self._lock:
             while self._open:
                 self._open.popitem()[1].close()
             loader, self._predownloader = self._predownloader, None
         if loader is not None:
             loader.close()
+        if self._private is not None:
+            self._private.remove()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -266,3 +321,21 @@ class ShardsDataset(Dataset[dict[str, Any]]):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+
+
+def _check_arguments(
+    open_shards: int, shuffle_window: int, predownload: int, fetch: str, cache_dir: str | None
+) -> None:
+    """ValueError for an argument out of its range, or ``fetch="range"`` with a cache."""
+    for name, value, least in (("open_shards", open_shards, 1), ("shuffle_window", shuffle_window, 1)):
+        if value < least:
+            raise ValueError(f"{name} must be ≥ {least}, got {value}")
+    if predownload < 0:
+        raise ValueError(f"predownload must be ≥ 0, got {predownload}")
+    if fetch not in ("whole", "range"):
+        raise ValueError(f"fetch must be 'whole' or 'range', got {fetch!r}")
+    if fetch == "range" and (cache_dir is not None or predownload):
+        raise ValueError(
+            "fetch='range' reads remote shards by byte ranges, without a cache: set fetch='whole' to "
+            "use cache_dir or predownload, or drop them"
+        )

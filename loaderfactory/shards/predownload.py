@@ -2,7 +2,8 @@
 
 The rule (it needs nothing but the sample just read, so it works alike in the main process and in
 each DataLoader worker): after reading sample ``i``, find its position ``p`` in the expected order
-(the order the dataset was last told of, see ``ShardsDataset.visit_order``, else the stored order),
+(``ShardsDataset.visit_order``: the epoch order last computed in this process, or published by the
+process running the sampler, see :mod:`~loaderfactory.shards.published_order`; else stored order),
 take the samples at positions ``p+1 .. p+predownload``, and fetch their shards, nearest first,
 at most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The window
 is looked at again every ``predownload // 4`` samples, or at once when the reads jump.

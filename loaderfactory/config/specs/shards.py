@@ -43,10 +43,12 @@ Size = Annotated[
 class ShardsCacheSpec(Spec):
     """Where remote shards are kept on local disk, and how much of it they may take."""
 
-    dir: str
-    """Local folder for fetched shards (created; shared by the ranks and workers of a machine)."""
+    dir: str | None = None
+    """Local folder for fetched shards (created; shared by the ranks and workers of a machine, kept
+    after the run); null: a private temporary folder per process, removed when the loader closes."""
     limit: Size | None = None
-    """Most bytes the cache holds, like 20GiB (least recently used shards go first); null: no bound."""
+    """Most bytes the cache holds, like 20GiB (least recently used shards go first); null: no bound
+    with dir, else what open_shards and predownload need."""
 
 
 def scheme_of(url: str) -> str:
@@ -67,7 +69,7 @@ class ShardsDatasetSpec(Spec):
 
     location_fields = frozenset({"urls", "index"})
     # None of these changes which samples an epoch reads or in which order.
-    speed_only = frozenset({"storage_options", "retries", "open_shards", "cache", "predownload"})
+    speed_only = frozenset({"storage_options", "retries", "open_shards", "cache", "predownload", "fetch"})
 
     kind: Literal["shards"] = "shards"
     urls: str | list[str]
@@ -90,10 +92,14 @@ class ShardsDatasetSpec(Spec):
     """Shards kept open at once per process; at least shuffle_window."""
     shuffle_window: Count = 1
     """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, opens more shards."""
+    fetch: Literal["whole", "range"] = "whole"
+    """whole: a remote shard is fetched whole into the cache once and read locally by all workers;
+    range: every read is a byte-range request, nothing cached (sparse reads of huge shards only)."""
     cache: ShardsCacheSpec | None = None
-    """Local cache of remote shards {dir: a folder, limit: a size like 20GiB or null}; null: none."""
+    """Local cache of remote shards {dir: a folder or null, limit: a size like 20GiB or null}; null:
+    a private temporary folder bounded to what open_shards and predownload need."""
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
-    """Samples ahead (per rank) whose shards are fetched into the cache in the background; needs cache."""
+    """Samples ahead (per rank) whose shards are fetched into the cache in the background."""
 
     @field_validator("urls")
     @classmethod
@@ -136,9 +142,13 @@ class ShardsDatasetSpec(Spec):
                 f" shards, fewer open ones reopen shards constantly; set open_shards={self.shuffle_window}"
             )
             problems.append(("open_shards", message, self.open_shards))
-        if self.predownload and self.cache is None:
-            message = "fetches shards into the cache, but cache is null; set cache.dir or drop predownload"
+        if self.fetch == "range" and self.predownload:
+            message = "fetches shards into the cache, but fetch: range has none; set fetch: whole"
+            message += " or predownload: 0"
             problems.append(("predownload", message, self.predownload))
+        if self.fetch == "range" and self.cache is not None:
+            message = "holds shards fetched whole, but fetch is range; set fetch: whole or cache: null"
+            problems.append(("cache", message, self.cache.model_dump()))
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self
