@@ -13,9 +13,13 @@ from collections.abc import Iterator
 
 import psutil
 import pytest
+from hypothesis import settings
 from process_checks import SIGNALLED, segments_of_tree, shm_names, tree_pids, watch_signals
 
 pytest_plugins = ["conftest_s3"]  # the S3 server fixture, for the shards tests
+
+settings.register_profile("shared-machine", deadline=None)
+settings.load_profile("shared-machine")  # a busy machine makes any per-example deadline a coin toss
 
 GRACE_S = 10.0
 """How long a test's leftovers get to wind down on their own before they count as leaks (a loaded

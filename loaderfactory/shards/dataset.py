@@ -73,6 +73,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             the tar headers itself); only for sparse reads of shards too large to fetch.
 
     Attributes:
+        cache_is_private: True when remote shards go to the private temporary folder (no ``cache_dir``).
         index_source: where the index came from: its URL, ``"given"``, or ``"built"`` (no index
             beside the shards: each was read once to count its samples).
         visit_order: the order the coming reads follow (global sample indices), for ``predownload``;
@@ -114,7 +115,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.visit_order: Sequence[int] | None = None
         self._visit_epoch: tuple[int, int] | None = None  # (seed, epoch) of visit_order
         self._predownloader: Predownloader | None = None
-        self._cache_limit, self._cache_is_private = cache_limit, cache_dir is None
+        self._cache_limit, self.cache_is_private = cache_limit, cache_dir is None
         self._private: PrivateFolder | None = None
         self._published: PublishedOrder | None = None
         remote = fetch == "whole" and any(is_remote(info.url) for info in self.shards)
@@ -131,7 +132,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         """The private folder: the cache without ``cache_dir``, and the published epoch order."""
         self._private = PrivateFolder()
         self._published = PublishedOrder(self._private.path)
-        if self._cache_is_private:
+        if self.cache_is_private:
             limit = self.default_cache_limit() if self._cache_limit is None else self._cache_limit
             # Past its own estimate, by shards held open in several workers: no surprise, so INFO.
             level = logging.INFO if self._cache_limit is None else logging.WARNING

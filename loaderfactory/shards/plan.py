@@ -47,10 +47,11 @@ def _cache_bound(dataset: ShardsDataset, largest: int) -> dict[str, Any]:
             "limit": None,
             "bound": "remote shards read by byte ranges" if remote else "local shards read in place",
         }
+    where = "a private temporary folder" if dataset.cache_is_private else str(cache.dir)
     if cache.limit is None:
-        return {"dir": str(cache.dir), "limit": None, "bound": "no bound"}
+        return {"dir": where, "limit": None, "bound": "no bound"}
     fits = cache.limit // largest if largest else None
-    return {"dir": str(cache.dir), "limit": cache.limit, "largest_shards_that_fit": fits, "bound": "limit"}
+    return {"dir": where, "limit": cache.limit, "largest_shards_that_fit": fits, "bound": "limit"}
 
 
 def format_shards_plan(figures: dict[str, Any], steps: int | None) -> list[str]:
