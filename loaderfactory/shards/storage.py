@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loaderfactory.shards.errors import StorageError
+from loaderfactory.shards.errors import ShardNotFoundError, StorageError
 
 T = TypeVar("T")
 REMOTE_SCHEMES = ("s3", "gs", "http", "https")
@@ -50,9 +50,9 @@ def is_remote(url: str) -> bool:
     return split_scheme(url)[0] != "file"
 
 
-def missing(url: str) -> FileNotFoundError:
+def missing(url: str) -> ShardNotFoundError:
     """The error for an object that does not exist, naming its URL."""
-    return FileNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
+    return ShardNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
 
 
 class Storage:
@@ -162,15 +162,12 @@ class Storage:
         for attempt in range(self.retries + 1):
             try:
                 return call()
-            except FileNotFoundError as err:
-                raise missing(url) from err
             except Exception as err:  # botocore's and aiohttp's errors share no base class with OSError
-                if isinstance(err, (PermissionError, ValueError, TypeError)):
-                    raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
+                failure = _transient(url, err)
                 if attempt == self.retries:
                     raise StorageError(
-                        f"{url}: failed after {self.retries} retries ({type(err).__name__}: "
-                        f"{_first_line(err)}); is the server reachable and the endpoint right?"
+                        f"{url}: failed after {self.retries} retries ({type(failure).__name__}: "
+                        f"{_first_line(failure)}); is the server reachable and the endpoint right?"
                     ) from err
             self.retried += 1
             time.sleep(wait)  # backoff between attempts against a struggling server
@@ -222,9 +219,35 @@ def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _transient(url: str, err: Exception) -> BaseException:
+    """The failure behind ``err`` that a retry may fix; raises at once for the others (a missing
+    object, a refused permission, a bad argument), naming ``url``."""
+    if isinstance(err, FileNotFoundError):
+        lost = _lost_connection(err)
+        if lost is None:
+            raise missing(url) from err
+        return lost
+    if isinstance(err, (PermissionError, ValueError, TypeError)):
+        raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
+    return err
+
+
+def _lost_connection(err: FileNotFoundError) -> BaseException | None:
+    """The connection failure behind a FileNotFoundError, None for an object really missing.
+
+    fsspec's HTTP ``info`` (our ``size``) reports any failure as FileNotFoundError: a server that went
+    away mid-epoch would look like a missing shard, and not be retried. A response (404) has a status.
+    """
+    cause = err.__cause__
+    if cause is None or hasattr(cause, "status"):
+        return None
+    aiohttp_error = type(cause).__module__.split(".")[0] == "aiohttp"
+    return cause if aiohttp_error or isinstance(cause, (ConnectionError, TimeoutError)) else None
+
+
 def _url_of(scheme: str, path: str) -> str:
     return path if "://" in path else f"{scheme}://{path}"
 
 
-def _first_line(err: Exception) -> str:
+def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else ""
