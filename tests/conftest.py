@@ -15,7 +15,7 @@ import psutil
 import pytest
 from process_checks import SIGNALLED, segments_of_tree, shm_names, tree_pids, watch_signals
 
-pytest_plugins = ["conftest_s3"]  # the S3 server fixture, for the shards tests
+pytest_plugins = ["conftest_s3", "conftest_gcs"]  # the S3 server and GCS emulator, for the shards tests
 
 GRACE_S = 10.0
 """How long a test's leftovers get to wind down on their own before they count as leaks (a loaded

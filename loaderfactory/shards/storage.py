@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import importlib
 import os
 import threading
 import time
@@ -200,11 +201,25 @@ class Storage:
         options = dict(self.storage_options)
         if scheme == "s3":
             options = _s3_options(options)
+        if scheme == "gs":
+            return _gcs_filesystem(options)
         # skip_instance_cache: fsspec would hand every Storage the same object, retries setting included.
         fs = fsspec.filesystem(_PROTOCOLS[scheme], skip_instance_cache=True, **options)
         if scheme == "s3":
             fs.retries = 1  # s3fs's own retry loop off: ours retries and counts
         return fs
+
+
+def _gcs_filesystem(options: dict[str, Any]) -> Any:
+    """gcsfs's JSON-API filesystem (``gcsfs.core``), whatever class ``gcs`` maps to.
+
+    Since 2026 gcsfs maps ``gcs`` by default to a class that first asks a gRPC control plane for each
+    bucket's layout (its experimental zonal and HNS bucket support): with an ``endpoint_url`` (an
+    emulator, a proxy) that costs a 60 s timeout on every call, and gRPC's threads do not survive
+    the fork of a DataLoader worker. The JSON API reads every bucket that one does.
+    """
+    core = importlib.import_module("gcsfs.core")
+    return core.GCSFileSystem(skip_instance_cache=True, **options)
 
 
 def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
