@@ -8,7 +8,8 @@ process would hand its listening socket to every forked DataLoader worker, which
 
 :meth:`ShardServer.go_away` fails every later request the way a server does mid-epoch: ``"stops"``
 ends the process (connections refused), ``"cuts"`` keeps it listening but answers each request with
-its headers and half its body, then drops the connection. Objects named ``broken`` are cut so from
+its headers and half its body, then drops the connection, ``"hangs"`` accepts each request and
+never answers (a server stuck, or a network that drops packets). Objects named ``broken`` are cut so from
 the start (a server that fails on one object, for a run the test cannot step through).
 
 Run as ``python http_server.py FOLDER [BROKEN...]``: serves FOLDER and prints its port first.
@@ -20,13 +21,15 @@ import functools
 import re
 import subprocess
 import sys
+import threading
 import urllib.request
 from collections.abc import Sequence
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-GO_AWAY_MODES = ("stops", "cuts")
-_CUT_PATH = "/__cut_from_now_on__"
+GO_AWAY_MODES = ("stops", "cuts", "hangs")
+_SWITCH = "/__from_now_on__/"
+"""The test's switch: ``GET /__from_now_on__/cuts`` (or ``hangs``), answered once the switch is made."""
 
 
 class RangeHandler(SimpleHTTPRequestHandler):
@@ -35,15 +38,17 @@ class RangeHandler(SimpleHTTPRequestHandler):
     server: _Server
 
     def do_GET(self) -> None:
-        if self.path == _CUT_PATH:  # the test's switch: answered once the switch is made
-            self.server.cutting = True
+        if self.path.startswith(_SWITCH):
+            self.server.failing = self.path.removeprefix(_SWITCH)
             self.send_response(200)
             self.send_header("Content-Length", "0")
             self.end_headers()
             return
         wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         path = Path(self.translate_path(self.path))
-        cut = self.server.cutting or path.name in self.server.broken
+        if self.server.failing == "hangs":
+            threading.Event().wait()  # until the process ends
+        cut = self.server.failing == "cuts" or path.name in self.server.broken
         if not path.is_file() or not (wanted or cut):
             super().do_GET()
             return
@@ -59,12 +64,17 @@ class RangeHandler(SimpleHTTPRequestHandler):
         self.wfile.write(body[: len(body) // 2] if cut else body)
         self.close_connection = True
 
+    def do_HEAD(self) -> None:
+        if self.server.failing == "hangs":
+            threading.Event().wait()  # until the process ends
+        super().do_HEAD()
+
     def log_message(self, *args: object) -> None:
         """Quiet: the test output is not the place for an access log."""
 
 
 class _Server(ThreadingHTTPServer):
-    cutting = False
+    failing = ""
     broken: frozenset[str] = frozenset()
 
 
@@ -83,13 +93,14 @@ class ShardServer:
         self.url = f"http://127.0.0.1:{port}"
 
     def go_away(self, mode: str) -> None:
-        """Fail every request from now on: ``"stops"`` (connections refused) or ``"cuts"`` (half a body)."""
+        """Fail every request from now on: ``"stops"`` (connections refused), ``"cuts"`` (half a body)
+        or ``"hangs"`` (no answer)."""
         if mode not in GO_AWAY_MODES:
             raise ValueError(f"mode must be one of {GO_AWAY_MODES}, got {mode!r}")
         if mode == "stops":
             self.close()
             return
-        with urllib.request.urlopen(f"{self.url}{_CUT_PATH}", timeout=30) as answer:
+        with urllib.request.urlopen(f"{self.url}{_SWITCH}{mode}", timeout=30) as answer:
             answer.read()
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ from loaderfactory.shards import (
     build_index,
     save_index,
 )
+from loaderfactory.shards import storage as storage_module
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = [4] * 10
@@ -94,6 +95,34 @@ def test_a_server_that_goes_away_mid_epoch_fails_naming_url_and_sample(
     message = rf"{re.escape(server.url)}/train-\d{{6}}\.tar: failed after 1 retries .*; {SAMPLE}"
     assert re.search(message, str(failed.value)), str(failed.value)
     assert seen[:2] == [0, 1] and seen == list(range(len(seen))) and len(seen) < sum(COUNTS)
+    if cached:
+        _only_whole_shards_in(tmp_path / "cache", tmp_path / "data")
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize(("num_workers", "cached"), [(0, False), (2, True)])
+def test_a_server_that_stops_answering_fails_after_the_read_timeout(
+    tmp_path: Path,
+    serve: Callable[..., ShardServer],
+    monkeypatch: pytest.MonkeyPatch,
+    num_workers: int,
+    cached: bool,
+) -> None:
+    """The server accepts every request after the first batch and never answers: each attempt ends
+    at the read timeout (here 0.5 s; aiohttp's own is 5 minutes), and after the retries the consumer
+    gets StorageError naming the URL and the sample instead of waiting forever."""
+    monkeypatch.setitem(storage_module.HTTP_TIMEOUTS_S, "sock_read", 0.5)
+    server, urls = _served_shards(tmp_path, serve)
+    dataset: dict[str, Any] = {"kind": "shards", "urls": urls, "retries": 1}
+    if cached:
+        dataset["cache"] = {"dir": str(tmp_path / "cache")}
+    config = {"dataset": dataset, "loader": {"kind": "torch", "batch_size": 2, "num_workers": num_workers}}
+    with pytest.raises(StorageError) as failed, loaderfactory.build_loader(config) as loader:
+        for number, _ in enumerate(loader):
+            if number == 0:
+                server.go_away("hangs")
+    message = rf"{re.escape(server.url)}/train-\d{{6}}\.tar: failed after 1 retries \(\w*Timeout.*; {SAMPLE}"
+    assert re.search(message, str(failed.value)), str(failed.value)
     if cached:
         _only_whole_shards_in(tmp_path / "cache", tmp_path / "data")
 

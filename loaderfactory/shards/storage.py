@@ -29,6 +29,9 @@ _INHERITED: list[dict[str, Any]] = []
 """A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
 finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
 _PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
+HTTP_TIMEOUTS_S = {"sock_connect": 5.0, "sock_read": 60.0}
+"""Bounds on each ``http(s)://`` request, as S3's have: a server that accepts a request and never
+answers fails it (and it is retried) after ``sock_read`` seconds, not aiohttp's default 5 minutes."""
 
 
 def split_scheme(url: str) -> tuple[str, str]:
@@ -203,6 +206,8 @@ class Storage:
             options = _s3_options(options)
         if scheme == "gs":
             return _gcs_filesystem(options)
+        if scheme in ("http", "https"):
+            options = _http_options(options)
         # skip_instance_cache: fsspec would hand every Storage the same object, retries setting included.
         fs = fsspec.filesystem(_PROTOCOLS[scheme], skip_instance_cache=True, **options)
         if scheme == "s3":
@@ -220,6 +225,15 @@ def _gcs_filesystem(options: dict[str, Any]) -> Any:
     """
     core = importlib.import_module("gcsfs.core")
     return core.GCSFileSystem(skip_instance_cache=True, **options)
+
+
+def _http_options(options: dict[str, Any]) -> dict[str, Any]:
+    """fsspec's HTTP arguments with :data:`HTTP_TIMEOUTS_S` unless ``client_kwargs`` has a timeout."""
+    import aiohttp
+
+    client = dict(options.get("client_kwargs") or {})
+    client.setdefault("timeout", aiohttp.ClientTimeout(total=None, **HTTP_TIMEOUTS_S))
+    return {**options, "client_kwargs": client}
 
 
 def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
