@@ -170,8 +170,8 @@ class Storage:
                 failure = _transient(url, err)
                 if attempt == self.retries:
                     raise StorageError(
-                        f"{url}: failed after {self.retries} retries ({type(failure).__name__}: "
-                        f"{_first_line(failure)}); is the server reachable and the endpoint right?"
+                        f"{url}: failed after {self.retries} retries ({_described(failure)}); "
+                        "is the server reachable and the endpoint right?"
                     ) from err
             self.retried += 1
             time.sleep(wait)  # backoff between attempts against a struggling server
@@ -276,6 +276,12 @@ def _lost_connection(err: FileNotFoundError) -> BaseException | None:
 
 def _url_of(scheme: str, path: str) -> str:
     return path if "://" in path else f"{scheme}://{path}"
+
+
+def _described(err: BaseException) -> str:
+    """``"Type: first line"``, or the type alone for an error without a message (a timeout)."""
+    line = _first_line(err)
+    return f"{type(err).__name__}: {line}" if line else type(err).__name__
 
 
 def _first_line(err: BaseException) -> str:
