@@ -5,6 +5,7 @@ timeout is the guard); no partial file is left in the cache; no process or threa
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -127,9 +128,11 @@ def test_a_server_that_stops_answering_fails_after_the_read_timeout(
         _only_whole_shards_in(tmp_path / "cache", tmp_path / "data")
 
 
-def _command(tmp_path: Path, *overrides: str) -> subprocess.CompletedProcess[str]:
-    """``python -m loaderfactory dataset=shards OVERRIDES``: two workers, batches of two, no progress bar."""
-    command = [sys.executable, "-m", "loaderfactory", "dataset=shards", "loader.num_workers=2"]
+def _command(tmp_path: Path, *overrides: str, sweep: bool = False) -> subprocess.CompletedProcess[str]:
+    """``python -m loaderfactory [-m] dataset=shards OVERRIDES``: two workers, batches of two, no
+    progress bar."""
+    command = [sys.executable, "-m", "loaderfactory", *(["-m"] if sweep else [])]
+    command += ["dataset=shards", "loader.num_workers=2"]
     command += ["loader.batch_size=2", "run.progress=false", f"hydra.run.dir={tmp_path / 'run'}", *overrides]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
@@ -311,4 +314,25 @@ def test_each_mistake_is_named_by_the_command(
         assert done.returncode == 1, done.stderr[-3000:]
         assert f"loaderfactory: reading the shards failed ({mistake.error.__name__}):" in done.stderr
     assert re.search(mistake.message, done.stderr), done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
+
+
+def test_a_sweep_job_that_cannot_read_a_shard_fails_alone(tmp_path: Path) -> None:
+    """``-m dataset.keys=[cls],[nope]``: the job whose samples lack a key fails with the read error in
+    its summary line, the other job runs; the sweep exits 1 without a traceback."""
+    write_tar_shards(tmp_path / "data", COUNTS[:2])
+    done = _command(
+        tmp_path,
+        f"dataset.urls={tmp_path / 'data'}/",
+        "dataset.keys=[cls],[nope]",
+        f"hydra.sweep.dir={tmp_path / 'sweep'}",
+        sweep=True,
+    )
+    assert done.returncode == 1, done.stderr[-3000:]
+    lines = done.stderr.splitlines()
+    assert any(line.startswith("  job 0: ok ") for line in lines), done.stderr[-3000:]
+    (failed,) = [line for line in lines if line.startswith("  job 1: FAILED ")]
+    assert re.search(r": ShardError: .*train-000000\.tar: sample 'sample000000' .* has no 'nope'", failed)
+    report = json.loads((tmp_path / "sweep" / "1" / "report.json").read_text())
+    assert report["error"] == "reading the shards failed" and "has no 'nope'" in report["message"]
     assert "Traceback" not in done.stderr

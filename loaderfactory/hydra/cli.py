@@ -179,11 +179,16 @@ def _is_read_error(err: Exception) -> bool:
 
 def _read_failed(err: Exception) -> None:
     """A shard that could not be read mid-run (a server gone after the retries, a truncated shard):
-    its message alone, which names the URL and the sample, and exit 1; in a sweep, that job fails."""
+    its message alone, which names the URL and the sample, and exit 1; in a sweep, that job fails
+    and its report says why."""
     message = worker_error_message(err)
     print(f"loaderfactory: reading the shards failed ({type(err).__name__}):\n{message}", file=sys.stderr)
     if not _sweeping():
         raise SystemExit(1) from None
+    from loaderfactory.report import write_report
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    write_report({"error": "reading the shards failed", "message": message}, out_dir / "report.json")
     _record(False, f"{type(err).__name__}: {message}")
 
 
