@@ -16,7 +16,7 @@ import pytest
 from hypothesis import settings
 from process_checks import SIGNALLED, segments_of_tree, shm_names, tree_pids, watch_signals
 
-pytest_plugins = ["conftest_s3"]  # the S3 server fixture, for the shards tests
+pytest_plugins = ["conftest_s3", "conftest_gcs"]  # the S3 server and GCS emulator, for the shards tests
 
 settings.register_profile("shared-machine", deadline=None)
 settings.load_profile("shared-machine")  # a busy machine makes any per-example deadline a coin toss

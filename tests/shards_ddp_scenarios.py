@@ -1,14 +1,20 @@
 """One rank of the shards kind's real multi-process checks; ``tests/test_shards_ddp.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=N tests/shards_ddp_scenarios.py SCENARIO OUT DATA [--steps K]
+    torchrun --standalone --nproc_per_node=N tests/shards_ddp_scenarios.py SCENARIOS OUT DATA \
+        [--steps K] [--workers 0,2] [--saved-workers 0,2]
 
-DATA is a folder of tar shards whose ``cls`` field is each sample's id. Scenarios, each for the
-``torch`` and the ``sharded`` kind (``shuffle_window: 2``, ``balance: uneven``):
+SCENARIOS is one name or several, comma-separated: they run one after the other in one process group
+(starting one costs seconds). DATA is a folder of tar shards whose ``cls`` field is each sample's
+id. Scenarios, each for the ``torch`` and the ``sharded`` kind (``shuffle_window: 2``, ``balance:
+uneven`` unless said otherwise):
 
 * ``parts``: counts, per rank, how often it listed the shards or read/built the index while
   building, and writes the ids it loaded in two epochs.
-* ``save``: takes K batches and writes their ids; rank 0 also writes its state to OUT.
-* ``resume``: loads that state (saved at another world size) and writes the rest of the epoch.
+* ``balanced``: one epoch under ``balance: pad`` and one under ``drop``: the ids and the steps.
+* ``save``: for each worker count of ``--workers``, takes K batches and writes their ids; rank 0
+  also writes its state to OUT.
+* ``resume``: for each worker count of ``--workers``, loads the state saved (at another world size)
+  with the matching count of ``--saved-workers`` and writes the rest of the epoch.
 * ``missing``: builds over a folder that does not exist and writes the error each rank raised.
 """
 
@@ -54,9 +60,9 @@ Storage.read = _read  # type: ignore[method-assign]
 shards_dataset.build_index = _counted("build index", shards_dataset.build_index)
 
 
-def build(kind: str, data: str) -> loaderfactory.Loader:
+def build(kind: str, data: str, balance: str = "uneven", workers: int = 0) -> loaderfactory.Loader:
     dataset = {"kind": "shards", "urls": f"{data}/", "shuffle_window": 2, "open_shards": 2}
-    loader = {"kind": kind, "batch_size": 4, "shuffle": True, "balance": "uneven"}
+    loader = {"kind": kind, "batch_size": 4, "shuffle": True, "balance": balance, "num_workers": workers}
     return loaderfactory.build_loader({"dataset": dataset, "loader": loader, "seed": 11})
 
 
@@ -71,18 +77,34 @@ def parts(kind: str, args: argparse.Namespace) -> dict[str, Any]:
         return {"calls": calls, "epochs": [ids(loader) for _ in range(2)]}
 
 
+def balanced(kind: str, args: argparse.Namespace) -> dict[str, Any]:
+    record = {}
+    for balance in ("pad", "drop"):
+        with build(kind, args.data, balance=balance) as loader:
+            batches = [ids([batch]) for batch in loader]
+            flat = [i for batch in batches for i in batch]
+            record[balance] = {"ids": flat, "steps": len(batches), "len": len(loader)}
+    return record
+
+
 def save(kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    with build(kind, args.data) as loader:
-        head = ids(itertools.islice(iter(loader), args.steps))
-        if dist.get_rank() == 0:
-            (args.out / f"state.{kind}.json").write_text(json.dumps(loader.state_dict()))
-    return {"head": head}
+    record = {}
+    for workers in args.workers:
+        with build(kind, args.data, workers=workers) as loader:
+            head = ids(itertools.islice(iter(loader), args.steps))
+            if dist.get_rank() == 0:
+                (args.out / f"state.{kind}.w{workers}.json").write_text(json.dumps(loader.state_dict()))
+        record[str(workers)] = {"head": head}
+    return record
 
 
 def resume(kind: str, args: argparse.Namespace) -> dict[str, Any]:
-    with build(kind, args.data) as loader:
-        loader.load_state_dict(json.loads((args.out / f"state.{kind}.json").read_text()))
-        return {"rest": ids(loader), "len": len(loader)}
+    record = {}
+    for workers, saved in zip(args.workers, args.saved_workers or args.workers, strict=True):
+        with build(kind, args.data, workers=workers) as loader:
+            loader.load_state_dict(json.loads((args.out / f"state.{kind}.w{saved}.json").read_text()))
+            record[f"{saved}->{workers}"] = {"rest": ids(loader), "len": len(loader)}
+    return record
 
 
 def missing(kind: str, args: argparse.Namespace) -> dict[str, Any]:
@@ -93,21 +115,28 @@ def missing(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     return {"error": None}
 
 
-SCENARIOS = {"parts": parts, "save": save, "resume": resume, "missing": missing}
+SCENARIOS = {"parts": parts, "balanced": balanced, "save": save, "resume": resume, "missing": missing}
+
+
+def _counts(text: str) -> list[int]:
+    return [int(count) for count in text.split(",")]
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("scenario", choices=sorted(SCENARIOS))
+    parser.add_argument("scenarios", type=lambda names: names.split(","))
     parser.add_argument("out", type=Path)
     parser.add_argument("data")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--workers", type=_counts, default=[0])
+    parser.add_argument("--saved-workers", type=_counts, default=None)
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    record = {kind: SCENARIOS[args.scenario](kind, args) for kind in KINDS}
-    (args.out / f"{args.scenario}-w{world_size}-rank{rank}.json").write_text(json.dumps(record))
-    dist.barrier()
+    for scenario in args.scenarios:
+        record = {kind: SCENARIOS[scenario](kind, args) for kind in KINDS}
+        (args.out / f"{scenario}-w{world_size}-rank{rank}.json").write_text(json.dumps(record))
+        dist.barrier()
     dist.destroy_process_group()
 
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from http_server import serving
+from counting_http_server import serving
 from shards_data import write_tar_shards
 
 from loaderfactory.shards import Storage

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from http_server import serving
+from counting_http_server import serving
 from s3_server import S3Server
 from shards_data import id_samples, tar_bytes, write_tar_shards
 

@@ -2,52 +2,24 @@
 
 from __future__ import annotations
 
-import functools
-import re
-import threading
 from collections.abc import Iterator
-from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from http_server import ShardServer
 from shards_data import write_tar_shards
 
 from loaderfactory.shards import ShardsDataset, Storage, build_index
 
 
-class RangeHandler(SimpleHTTPRequestHandler):
-    """Static files with ``Range: bytes=a-b`` answered as 206 Partial Content, as object stores do."""
-
-    def do_GET(self) -> None:
-        wanted = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
-        path = Path(self.translate_path(self.path))
-        if not wanted or not path.is_file():
-            super().do_GET()
-            return
-        data = path.read_bytes()
-        start, end = int(wanted[1]), min(int(wanted[2] or len(data) - 1), len(data) - 1)
-        self.send_response(206)
-        self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
-        self.send_header("Content-Length", str(end - start + 1))
-        self.end_headers()
-        self.wfile.write(data[start : end + 1])
-
-    def log_message(self, *args: object) -> None:
-        """Quiet: the test output is not the place for an access log."""
-
-
 @pytest.fixture
 def http_folder(tmp_path: Path, fsspec_io_thread: None) -> Iterator[tuple[Path, str]]:
-    """``tmp_path`` served on a free loopback port; the server thread is stopped after the test."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(RangeHandler, directory=str(tmp_path)))
-    thread = threading.Thread(target=server.serve_forever, name="http-shards")
-    thread.start()
+    """``tmp_path`` served on a free loopback port (tests/http_server.py); stopped after the test."""
+    server = ShardServer(tmp_path)
     try:
-        yield tmp_path, f"http://127.0.0.1:{server.server_address[1]}"
+        yield tmp_path, server.url
     finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+        server.close()
 
 
 def test_http_shards_give_every_id_once(http_folder: tuple[Path, str]) -> None:

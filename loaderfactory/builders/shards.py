@@ -23,7 +23,7 @@ from loaderfactory.shards import (
     index_url,
     save_index,
 )
-from loaderfactory.shards.errors import StorageError
+from loaderfactory.shards.errors import CacheError, StorageError
 
 
 def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext) -> ShardsDataset:
@@ -52,8 +52,11 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
         raise ConfigError(ConfigProblem(field, f"{err}; check the URL (and the bucket)")) from err
     except ImportError as err:
         raise ConfigError(ConfigProblem("dataset.urls", f"{err} ({REMOTE_EXTRA})")) from err
+    except CacheError as err:  # a cache folder that cannot be written
+        raise ConfigError(ConfigProblem("dataset.cache.dir", str(err))) from err
     except (ValueError, StorageError) as err:  # a brace pattern, a stale index, storage that keeps failing
-        raise ConfigError(ConfigProblem("dataset", str(err))) from err
+        field = "dataset.cache.limit" if str(err).startswith("cache.limit") else "dataset"
+        raise ConfigError(ConfigProblem(field, str(err))) from err
 
 
 def index_shards(spec: ShardsDatasetSpec, progress: bool = True) -> tuple[str, list[ShardInfo]]:

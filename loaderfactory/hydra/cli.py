@@ -84,6 +84,9 @@ def run_app(cfg: DictConfig) -> dict[str, Any] | None:
         _refuse(err)
         return None
     except Exception as err:
+        if _is_read_error(err):
+            _read_failed(err)
+            return None
         if not _sweeping():
             raise
         log.error("job failed:\n%s", "".join(traceback.format_exception(err)))
@@ -165,6 +168,38 @@ def _refuse(err: ConfigError) -> None:
     out_dir = Path(HydraConfig.get().runtime.output_dir)
     write_report({"error": "invalid config", "problems": errors}, out_dir / "report.json")
     _record(False, "; ".join(str(p) for p in err.problems))
+
+
+def _is_read_error(err: Exception) -> bool:
+    """True for the errors of a shard that could not be read (imported now: the shards import torch)."""
+    from loaderfactory.shards.errors import READ_ERRORS
+
+    return isinstance(err, READ_ERRORS)
+
+
+def _read_failed(err: Exception) -> None:
+    """A shard that could not be read mid-run (a server gone after the retries, a truncated shard):
+    its message alone, which names the URL and the sample, and exit 1; in a sweep, that job fails
+    and its report says why."""
+    message = worker_error_message(err)
+    print(f"loaderfactory: reading the shards failed ({type(err).__name__}):\n{message}", file=sys.stderr)
+    if not _sweeping():
+        raise SystemExit(1) from None
+    from loaderfactory.report import write_report
+
+    out_dir = Path(HydraConfig.get().runtime.output_dir)
+    write_report({"error": "reading the shards failed", "message": message}, out_dir / "report.json")
+    _record(False, f"{type(err).__name__}: {message}")
+
+
+def worker_error_message(err: BaseException) -> str:
+    """``err``'s own message, without the traceback torch wraps around an error raised in a worker
+    ("Caught X in DataLoader worker process 0. Original Traceback ... X: message")."""
+    text = str(err)
+    last_line = f"{type(err).__module__}.{type(err).__qualname__}: "
+    if text.startswith("Caught ") and last_line in text:
+        return text.rsplit(last_line, 1)[1].strip()
+    return text
 
 
 def summary_lines(jobs: list[Job]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.dataset import ShardsDataset
-from loaderfactory.shards.errors import CacheError, ShardError, StorageError
+from loaderfactory.shards.errors import CacheError, ShardError, ShardNotFoundError, StorageError
 from loaderfactory.shards.index import (
     INDEX_FORMAT,
     INDEX_NAME,
@@ -29,6 +29,7 @@ __all__ = [
     "ShardCache",
     "ShardError",
     "ShardInfo",
+    "ShardNotFoundError",
     "ShardsDataset",
     "Storage",
     "StorageError",

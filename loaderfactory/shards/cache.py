@@ -5,8 +5,8 @@ beside an empty lock file ``.<that name>.lock`` (deleted with it). Processes coo
 ``flock`` locks only:
 
 - fetch: take the shard's lock file exclusively; a shard already there is reused, else it is written
-  to ``.<name>.partial`` and renamed into place (atomic), so a second process waits, then reuses it;
-  a failed fetch removes its partial file;
+  unnamed and linked into place whole (:func:`~loaderfactory.shards.staged_file.staged_file`), so a
+  second process waits, then reuses it, and a failed or killed fetch leaves nothing;
 - use: the cached file is held open with a shared lock while its shard is open
   (:meth:`ShardCache.hold`); each use touches it (its mtime orders the LRU);
 - evict: before a fetch, least recently used first until the new shard fits ``limit``; only files
@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from loaderfactory.shards.errors import CacheError
+from loaderfactory.shards.staged_file import staged_file
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
 CHUNK_BYTES = 8 << 20
@@ -182,10 +183,10 @@ class ShardCache:
         )
 
     def _download(self, url: str, path: Path, size: int, cancel: threading.Event | None) -> None:
-        """Write ``url`` to ``path`` by ranges through a partial file (the caller holds its lock)."""
-        partial = path.with_name(f".{path.name}.partial")  # a stale one from a killed fetch is overwritten
+        """Write ``url`` to ``path`` by ranges through a staged file (the caller holds its lock): a
+        fetch that fails, or whose process is killed, leaves nothing in the folder."""
         try:
-            with open(partial, "wb") as out:
+            with staged_file(path) as out:
                 for start in range(0, size, CHUNK_BYTES):
                     if cancel is not None and cancel.is_set():
                         raise InterruptedError(f"{url}: fetch into the cache cancelled")
@@ -193,10 +194,8 @@ class ShardCache:
                     if not data:
                         raise CacheError(f"{url}: ended at byte {start} of {size}; did it change?")
                     out.write(data)
-            os.replace(partial, path)
             _touch(path)
         except BaseException as err:
-            partial.unlink(missing_ok=True)
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise CacheError(
                     f"cache.dir {str(self.dir)!r}: no space left for {url} ({human_bytes(size)}); "

@@ -17,7 +17,7 @@ from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
-from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.errors import READ_ERRORS, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
@@ -220,10 +220,13 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         position = index if index >= 0 else index + len(self)
         shard, local = self.locate(position)
         url = self.shards[shard].url
-        opened = self._shard(shard)
-        if self.predownload:  # after the open: the shard in use is held, so fetches ahead spare it
-            self._predownload(position)
-        sample = opened.sample(local)
+        try:
+            opened = self._shard(shard)
+            if self.predownload:  # after the open: the shard in use is held, so fetches ahead spare it
+                self._predownload(position)
+            sample = opened.sample(local)
+        except READ_ERRORS as err:  # a server gone after the retries, a truncated or corrupt shard
+            raise in_sample(err, f"while reading sample #{local} of the shard (#{position} overall)") from err
         absent = [key for key in self.keys if key not in sample]
         if absent:
             raise ShardError(

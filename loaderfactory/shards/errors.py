@@ -17,3 +17,23 @@ class StorageError(LoaderFactoryError, OSError):
 class CacheError(LoaderFactoryError, OSError):
     """A shards cache that cannot work: a folder that is not writable, a full disk, shards evicted
     before they could be read."""
+
+
+class ShardNotFoundError(LoaderFactoryError, FileNotFoundError):
+    """A shard or object that is not there: a ``FileNotFoundError`` whose file name is its URL."""
+
+
+READ_ERRORS = (ShardError, StorageError, CacheError, ShardNotFoundError)
+"""What reading a sample of a shard raises on purpose: each names the shard's URL, and the sample
+once it went through :class:`~loaderfactory.shards.dataset.ShardsDataset`."""
+
+
+def in_sample(err: Exception, where: str) -> Exception:
+    """``err`` again, of its own type, its message followed by ``where`` (the sample being read).
+
+    The type is kept so that ``except`` clauses (and torch, which re-raises a worker's error by its
+    type) see the same error; ``FileNotFoundError`` keeps its errno and file name.
+    """
+    if isinstance(err, OSError) and err.filename is not None:
+        return type(err)(err.errno, f"{err.strerror}; {where}", err.filename)
+    return type(err)(f"{err}; {where}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import importlib
 import os
 import threading
 import time
@@ -19,7 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from loaderfactory.shards.errors import StorageError
+from loaderfactory.shards.errors import ShardNotFoundError, StorageError
 from loaderfactory.shards.stats import NoStats
 
 T = TypeVar("T")
@@ -29,6 +30,9 @@ _INHERITED: list[dict[str, Any]] = []
 """A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
 finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
 _PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
+HTTP_TIMEOUTS_S = {"sock_connect": 5.0, "sock_read": 60.0}
+"""Bounds on each ``http(s)://`` request, as S3's have: a server that accepts a request and never
+answers fails it (and it is retried) after ``sock_read`` seconds, not aiohttp's default 5 minutes."""
 
 
 def split_scheme(url: str) -> tuple[str, str]:
@@ -51,9 +55,9 @@ def is_remote(url: str) -> bool:
     return split_scheme(url)[0] != "file"
 
 
-def missing(url: str) -> FileNotFoundError:
+def missing(url: str) -> ShardNotFoundError:
     """The error for an object that does not exist, naming its URL."""
-    return FileNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
+    return ShardNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
 
 
 class Storage:
@@ -182,15 +186,12 @@ class Storage:
         for attempt in range(self.retries + 1):
             try:
                 return call()
-            except FileNotFoundError as err:
-                raise missing(url) from err
             except Exception as err:  # botocore's and aiohttp's errors share no base class with OSError
-                if isinstance(err, (PermissionError, ValueError, TypeError)):
-                    raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
+                failure = _transient(url, err)
                 if attempt == self.retries:
                     raise StorageError(
-                        f"{url}: failed after {self.retries} retries ({type(err).__name__}: "
-                        f"{_first_line(err)}); is the server reachable and the endpoint right?"
+                        f"{url}: failed after {self.retries} retries ({_described(failure)}); "
+                        "is the server reachable and the endpoint right?"
                     ) from err
             self.retried += 1
             self.stats.add("retries")
@@ -224,11 +225,36 @@ class Storage:
         options = dict(self.storage_options)
         if scheme == "s3":
             options = _s3_options(options)
+        if scheme == "gs":
+            return _gcs_filesystem(options)
+        if scheme in ("http", "https"):
+            options = _http_options(options)
         # skip_instance_cache: fsspec would hand every Storage the same object, retries setting included.
         fs = fsspec.filesystem(_PROTOCOLS[scheme], skip_instance_cache=True, **options)
         if scheme == "s3":
             fs.retries = 1  # s3fs's own retry loop off: ours retries and counts
         return fs
+
+
+def _gcs_filesystem(options: dict[str, Any]) -> Any:
+    """gcsfs's JSON-API filesystem (``gcsfs.core``), whatever class ``gcs`` maps to.
+
+    Since 2026 gcsfs maps ``gcs`` by default to a class that first asks a gRPC control plane for each
+    bucket's layout (its experimental zonal and HNS bucket support): with an ``endpoint_url`` (an
+    emulator, a proxy) that costs a 60 s timeout on every call, and gRPC's threads do not survive
+    the fork of a DataLoader worker. The JSON API reads every bucket that one does.
+    """
+    core = importlib.import_module("gcsfs.core")
+    return core.GCSFileSystem(skip_instance_cache=True, **options)
+
+
+def _http_options(options: dict[str, Any]) -> dict[str, Any]:
+    """fsspec's HTTP arguments with :data:`HTTP_TIMEOUTS_S` unless ``client_kwargs`` has a timeout."""
+    import aiohttp
+
+    client = dict(options.get("client_kwargs") or {})
+    client.setdefault("timeout", aiohttp.ClientTimeout(total=None, **HTTP_TIMEOUTS_S))
+    return {**options, "client_kwargs": client}
 
 
 def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
@@ -243,9 +269,41 @@ def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
     return options
 
 
+def _transient(url: str, err: Exception) -> BaseException:
+    """The failure behind ``err`` that a retry may fix; raises at once for the others (a missing
+    object, a refused permission, a bad argument), naming ``url``."""
+    if isinstance(err, FileNotFoundError):
+        lost = _lost_connection(err)
+        if lost is None:
+            raise missing(url) from err
+        return lost
+    if isinstance(err, (PermissionError, ValueError, TypeError)):
+        raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
+    return err
+
+
+def _lost_connection(err: FileNotFoundError) -> BaseException | None:
+    """The connection failure behind a FileNotFoundError, None for an object really missing.
+
+    fsspec's HTTP ``info`` (our ``size``) reports any failure as FileNotFoundError: a server that went
+    away mid-epoch would look like a missing shard, and not be retried. A response (404) has a status.
+    """
+    cause = err.__cause__
+    if cause is None or hasattr(cause, "status"):
+        return None
+    aiohttp_error = type(cause).__module__.split(".")[0] == "aiohttp"
+    return cause if aiohttp_error or isinstance(cause, (ConnectionError, TimeoutError)) else None
+
+
 def _url_of(scheme: str, path: str) -> str:
     return path if "://" in path else f"{scheme}://{path}"
 
 
-def _first_line(err: Exception) -> str:
+def _described(err: BaseException) -> str:
+    """``"Type: first line"``, or the type alone for an error without a message (a timeout)."""
+    line = _first_line(err)
+    return f"{type(err).__name__}: {line}" if line else type(err).__name__
+
+
+def _first_line(err: BaseException) -> str:
     return str(err).strip().splitlines()[0] if str(err).strip() else ""
