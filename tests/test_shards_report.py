@@ -7,15 +7,16 @@ import json
 import subprocess
 import sys
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
+from counting_http_server import CountingRangeHandler
 from s3_server import S3Server
 from shards_data import id_samples, sample_bytes, tar_bytes, write_indexed_tar_shards, write_tar_shards
-from test_shards_http import RangeHandler
 
 from loaderfactory.shards import ShardInfo, Storage, build_index, save_index
 from loaderfactory.shards.index import INDEX_NAME
@@ -75,7 +76,7 @@ def test_a_run_over_another_dataset_has_no_shards_section(tmp_path: Path) -> Non
     assert "shards" not in json.loads((tmp_path / "run" / "report.json").read_text())
 
 
-class FirstGetFails(RangeHandler):
+class FirstGetFails(CountingRangeHandler):
     """Answers each path's first GET with 503 Service Unavailable, as a struggling server does."""
 
     failed: set[str]
@@ -96,7 +97,13 @@ def flaky_http(tmp_path: Path) -> Iterator[tuple[Path, str, set[str]]]:
     """``tmp_path/served`` over HTTP on a free loopback port, each path failing once; the paths failed."""
     folder, failed = tmp_path / "served", set[str]()
     folder.mkdir()
-    handler = type("Handler", (FirstGetFails,), {"failed": failed, "lock": threading.Lock()})
+    shared = {
+        "failed": failed,
+        "lock": threading.Lock(),
+        "served": Counter(),
+        "served_lock": threading.Lock(),
+    }
+    handler = type("Handler", (FirstGetFails,), shared)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     thread = threading.Thread(target=server.serve_forever, name="flaky-http")
     thread.start()
