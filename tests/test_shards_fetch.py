@@ -120,7 +120,7 @@ def test_the_private_cache_is_bounded_by_cache_limit_or_its_own_estimate(
     with loaderfactory.build_loader(_config(urls, 0, cache={"limit": 4 * largest})) as loader:
         assert loader.dataset.cache.limit == 4 * largest
         assert _ids(loader) == Counter(range(sum(COUNTS)))
-    with pytest.raises(ConfigError, match=r"dataset: cache.limit .* is smaller than the shard"):
+    with pytest.raises(ConfigError, match=r"dataset\.cache\.limit: cache.limit .* is smaller than the shard"):
         loaderfactory.build_loader(_config(urls, 0, cache={"limit": largest // 2}))
     assert _private_folders(private_tmp) == []
 
