@@ -9,8 +9,6 @@ import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from pydantic import BaseModel, TypeAdapter
-
 from loaderfactory.components.data.sources import is_map_style
 from loaderfactory.components.state import UPSTREAM, Snapshots, StateFieldError
 from loaderfactory.errors import ResumeError, ResumeWarning
@@ -256,10 +254,12 @@ def _new_field_at_default(difference: Difference, spec: Any) -> bool:
         return False
     owner: Any = spec
     for name in difference.path[:-1]:
-        owner = getattr(owner, name, None) if isinstance(owner, BaseModel) else None
-    field = type(owner).model_fields.get(difference.path[-1]) if isinstance(owner, BaseModel) else None
+        owner = getattr(owner, name, None)
+    field = getattr(type(owner), "model_fields", {}).get(difference.path[-1])
     if field is None or field.is_required():
         return False
+    from pydantic import TypeAdapter  # here: a runtime module loads no config machinery up front
+
     default = field.get_default(call_default_factory=True, validated_data={})
     dumped = TypeAdapter(Any).dump_python(default, mode="json")
     return bool(dumped == difference.now)

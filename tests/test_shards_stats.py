@@ -113,18 +113,11 @@ WRAPPERS = {
 
 
 @pytest.mark.parametrize("wrapper", sorted(WRAPPERS))
-def test_the_run_report_finds_the_shards_behind_any_kind(
-    tmp_path: Path, wrapper: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_run_report_finds_the_shards_behind_any_kind(tmp_path: Path, wrapper: str) -> None:
     """A run through a queue filled by worker processes, a ``sharded`` loader with workers or a
     stream reports the shards it read, counted where they were read."""
-    import tqdm
-
     from loaderfactory import validate
     from loaderfactory.hydra.job import run_job
-
-    # Even a disabled bar starts tqdm's monitor thread, which outlives the run (the command exits).
-    monkeypatch.setattr(tqdm.tqdm, "monitor_interval", 0)
 
     _indexed(tmp_path / "data")
     config = {"dataset": {"kind": "shards", "urls": f"{tmp_path / 'data'}/"}, **WRAPPERS[wrapper]}

@@ -165,7 +165,7 @@ def write_plots(loader: Loader, out_dir: Path) -> list[Path]:
 
 def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:
     """Draw ``run.batches`` batches (or ``run.epochs`` epochs), sleeping ``run.step_ms`` per batch."""
-    from tqdm import tqdm
+    from loaderfactory.progress import ProgressBar
 
     run = spec.run
     try:
@@ -175,7 +175,7 @@ def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:
     total = run.batches if run.batches is not None else (per_epoch * run.epochs if per_epoch else None)
     batches = _batches(loader, run.batches, run.epochs)
     step = run.step_ms / 1000
-    with tqdm(total=total, unit="batch", disable=not run.progress, file=sys.stderr) as bar:
+    with ProgressBar(total=total, unit="batch", disable=not run.progress, file=sys.stderr) as bar:
         for _ in batches:
             if step:
                 time.sleep(step)

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from loaderfactory.progress import ProgressBar
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.parquet_format import count_parquet_rows
-from loaderfactory.shards.progress import ProgressBar
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.tar_format import scan_tar
 

@@ -20,10 +20,10 @@ from torch.utils.data import DataLoader, Dataset, IterableDataset
 
 from loaderfactory.components.workers.torch_internals import finish_shutdown
 from loaderfactory.errors import ArgumentError
+from loaderfactory.progress import ProgressBar
 from loaderfactory.shards.index import INDEX_NAME, ShardInfo, save_index
 from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
 from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
-from loaderfactory.shards.progress import ProgressBar
 from loaderfactory.shards.storage import Storage
 
 SHARD_PREFIX = "shard-"

@@ -1,4 +1,4 @@
-"""The progress bar of long shard jobs (indexing, packing), on stderr."""
+"""The progress bar of long jobs (runs, indexing, packing), on stderr."""
 
 from __future__ import annotations
 
