@@ -16,14 +16,18 @@ import numpy as np
 import torch
 
 from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.npy import npy_array
 
 Decode = bool | Collection[str]
 """``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those."""
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
 
-def _npy(data: bytes) -> torch.Tensor:
-    return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+def _npy(data: bytes | memoryview) -> torch.Tensor:
+    array = npy_array(data)
+    if array is None:  # an object array, an unknown version: np.load decides (and refuses pickles)
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    return torch.from_numpy(array)
 
 
 def _pt(data: bytes) -> Any:
@@ -59,15 +63,20 @@ def extension(field: str) -> str:
     return field.rsplit(".", 1)[-1].lower()
 
 
-def decode_field(field: str, data: bytes, decode: Decode = True) -> Any:
-    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes."""
+def decode_field(field: str, data: bytes | memoryview, decode: Decode = True) -> Any:
+    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes.
+
+    A ``.npy`` field decodes from a memoryview without a copy (its tensor shares a writable buffer;
+    a read-only one is copied); every other decoder, and an undecoded field, gets ``bytes``."""
     ext = extension(field)
     wanted = decode if isinstance(decode, bool) else ext in decode
     decoder = DECODERS.get(ext)
-    return decoder(data) if wanted and decoder is not None else data
+    if not wanted or decoder is None:
+        return bytes(data)
+    return decoder(data) if decoder is _npy else decoder(bytes(data))
 
 
-def decode_in_sample(field: str, data: bytes, decode: Decode, where: str) -> Any:
+def decode_in_sample(field: str, data: bytes | memoryview, decode: Decode, where: str) -> Any:
     """:func:`decode_field`, with a failure raised as ShardError naming ``where`` (URL and sample)."""
     try:
         return decode_field(field, data, decode)
