@@ -46,7 +46,7 @@ def _image(data: bytes) -> Any:
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
 
 
-DECODERS: dict[str, Callable[[bytes], Any]] = {
+DECODERS: dict[str, Callable[[Any], Any]] = {
     "npy": _npy,
     "pt": _pt,
     "pth": _pt,
@@ -63,17 +63,33 @@ def extension(field: str) -> str:
     return field.rsplit(".", 1)[-1].lower()
 
 
-def decode_field(field: str, data: bytes | memoryview, decode: Decode = True) -> Any:
-    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes.
+def _as_bytes(decoder: Callable[[bytes], Any]) -> Callable[[bytes | memoryview], Any]:
+    return lambda data: decoder(bytes(data))
 
-    A ``.npy`` field decodes from a memoryview without a copy (its tensor shares a writable buffer;
-    a read-only one is copied); every other decoder, and an undecoded field, gets ``bytes``."""
+
+def field_decoder(field: str, decode: Decode = True) -> Callable[[bytes | memoryview], Any]:
+    """What turns the data of ``field`` into its value: its extension's decoder when ``decode`` asks
+    for it, else ``bytes``. A ``.npy`` field decodes from a memoryview without a copy (its tensor
+    shares a writable buffer; a read-only one is copied); every other decoder gets ``bytes``."""
     ext = extension(field)
     wanted = decode if isinstance(decode, bool) else ext in decode
     decoder = DECODERS.get(ext)
     if not wanted or decoder is None:
-        return bytes(data)
-    return decoder(data) if decoder is _npy else decoder(bytes(data))
+        return bytes
+    return decoder if decoder is _npy else _as_bytes(decoder)
+
+
+def decode_field(field: str, data: bytes | memoryview, decode: Decode = True) -> Any:
+    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes."""
+    return field_decoder(field, decode)(data)
+
+
+def decode_error(field: str, err: Exception, where: str) -> ShardError:
+    """The error for a field that failed to decode, naming ``where`` (URL and sample)."""
+    return ShardError(
+        f"{where}, field {field!r}: cannot decode ({type(err).__name__}: {err}); "
+        f"pass decode=False or leave {extension(field)!r} out of decode"
+    )
 
 
 def decode_in_sample(field: str, data: bytes | memoryview, decode: Decode, where: str) -> Any:
@@ -81,7 +97,4 @@ def decode_in_sample(field: str, data: bytes | memoryview, decode: Decode, where
     try:
         return decode_field(field, data, decode)
     except Exception as err:
-        raise ShardError(
-            f"{where}, field {field!r}: cannot decode ({type(err).__name__}: {err}); "
-            f"pass decode=False or leave {extension(field)!r} out of decode"
-        ) from err
+        raise decode_error(field, err, where) from err

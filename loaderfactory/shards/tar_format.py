@@ -11,10 +11,12 @@ import os
 import posixpath
 import tarfile
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, BinaryIO
 
-from loaderfactory.shards.decode import Decode, decode_in_sample
+from loaderfactory.shards.decode import Decode, decode_error, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
@@ -28,7 +30,7 @@ class TarSample:
     key: str
     fields: dict[str, tuple[int, int]]
 
-    @property
+    @cached_property
     def span(self) -> tuple[int, int]:
         """The byte range that covers every field, read in one request."""
         return min(o for o, _ in self.fields.values()), max(o + s for o, s in self.fields.values())
@@ -109,6 +111,7 @@ class TarShard:
     def __init__(self, storage: Storage, url: str, decode: Decode = True) -> None:
         self.storage, self.url, self.decode = storage, url, decode
         self.samples = scan_tar(storage, url)
+        self._decoders: dict[str, Callable[[bytes | memoryview], Any]] = {}  # by field name
         self._fd = -1  # a local shard's file, opened on the first sample read
         self._closer: weakref.finalize[Any, Any] | None = None  # closes it when this shard is collected
 
@@ -142,9 +145,14 @@ class TarShard:
             )
         out: dict[str, Any] = {"__key__": entry.key}
         for field, (offset, size) in entry.fields.items():
-            raw = data[offset - start : offset - start + size]
-            where = f"{self.url}: sample {entry.key!r} (#{index})"
-            out[field] = decode_in_sample(field, raw, self.decode, where)
+            decoder = self._decoders.get(field)
+            if decoder is None:
+                decoder = self._decoders[field] = field_decoder(field, self.decode)
+            try:
+                out[field] = decoder(data[offset - start : offset - start + size])
+            except Exception as err:
+                where = f"{self.url}: sample {entry.key!r} (#{index})"
+                raise decode_error(field, err, where) from err
         return out
 
     def close(self) -> None:
