@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -73,7 +74,8 @@ def child(run: dict[str, Any]) -> dict[str, Any]:
         return {"na": f"timed out after {RUN_TIMEOUT_S} s"}
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
-        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        errors = [line for line in done.stderr.splitlines() if re.match(r"\w+(Error|Exception)\b", line)]
+        last = (errors or done.stderr.strip().splitlines() or ["no output"])[-1]
         return {"na": f"failed: {last[:160]}"}
     result: dict[str, Any] = json.loads(lines[-1])
     return result
@@ -188,7 +190,9 @@ def main() -> None:
         if server is not None:
             s3 = {"bucket": server.bucket, "options": server.storage_options}
             print(f"uploading {root} to {server.endpoint_url}", flush=True)
-            upload(root, server.storage_options, server.bucket)
+            for library in args.libraries.split(","):
+                for name in args.sets.split(","):
+                    upload(root, root / library / name, server.storage_options, server.bucket)
         runs = plan(args, root, s3)
         results = [measure(run, number, len(runs)) for number, run in enumerate(runs, start=1)]
     Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))

@@ -102,6 +102,11 @@ def open_litdata(run: dict[str, Any]) -> Reader:
     if "url" in run:
         _s3_env(run)
         options = {"endpoint_url": run["s3"]["endpoint_url"]}
+        # litdata fetches chunks with obstore, whose client options it fixes without allow_http, so
+        # an http:// endpoint fails ("builder error"); the one setting added to them:
+        from litdata.streaming import downloader
+
+        downloader._OBSTORE_CLIENT_OPTIONS["allow_http"] = "true"  # type: ignore[index]
 
     def make(state: Any) -> Any:
         kwargs: dict[str, Any] = {"storage_options": options} if options else {}

@@ -121,12 +121,12 @@ def ensure_written(root: Path, name: str, items: Items, shard_bytes: int, log: A
         done.write_text(json.dumps(wanted))
 
 
-def upload(root: Path, endpoint: dict[str, str], bucket: str) -> None:
-    """Copy every library's folders under ``root`` to ``s3://bucket/`` (same relative keys)."""
+def upload(root: Path, folder: Path, endpoint: dict[str, str], bucket: str) -> None:
+    """Copy ``folder``'s files to ``s3://bucket/``, keyed by their path under ``root``."""
     import s3fs
 
     fs = s3fs.S3FileSystem(
         key=endpoint["key"], secret=endpoint["secret"], endpoint_url=endpoint["endpoint_url"]
     )
-    for path in data_files(root):
+    for path in data_files(folder):
         fs.put_file(str(path), f"{bucket}/{path.relative_to(root)}")
