@@ -16,14 +16,18 @@ import numpy as np
 import torch
 
 from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.npy import npy_array
 
 Decode = bool | Collection[str]
 """``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those."""
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
 
-def _npy(data: bytes) -> torch.Tensor:
-    return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+def _npy(data: bytes | memoryview) -> torch.Tensor:
+    array = npy_array(data)
+    if array is None:  # an object array, an unknown version: np.load decides (and refuses pickles)
+        array = np.load(io.BytesIO(data), allow_pickle=False)
+    return torch.from_numpy(array)
 
 
 def _pt(data: bytes) -> Any:
@@ -42,7 +46,7 @@ def _image(data: bytes) -> Any:
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
 
 
-DECODERS: dict[str, Callable[[bytes], Any]] = {
+DECODERS: dict[str, Callable[[Any], Any]] = {
     "npy": _npy,
     "pt": _pt,
     "pth": _pt,
@@ -59,20 +63,38 @@ def extension(field: str) -> str:
     return field.rsplit(".", 1)[-1].lower()
 
 
-def decode_field(field: str, data: bytes, decode: Decode = True) -> Any:
-    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes."""
+def _as_bytes(decoder: Callable[[bytes], Any]) -> Callable[[bytes | memoryview], Any]:
+    return lambda data: decoder(bytes(data))
+
+
+def field_decoder(field: str, decode: Decode = True) -> Callable[[bytes | memoryview], Any]:
+    """What turns the data of ``field`` into its value: its extension's decoder when ``decode`` asks
+    for it, else ``bytes``. A ``.npy`` field decodes from a memoryview without a copy (its tensor
+    shares a writable buffer; a read-only one is copied); every other decoder gets ``bytes``."""
     ext = extension(field)
     wanted = decode if isinstance(decode, bool) else ext in decode
     decoder = DECODERS.get(ext)
-    return decoder(data) if wanted and decoder is not None else data
+    if not wanted or decoder is None:
+        return bytes
+    return decoder if decoder is _npy else _as_bytes(decoder)
 
 
-def decode_in_sample(field: str, data: bytes, decode: Decode, where: str) -> Any:
+def decode_field(field: str, data: bytes | memoryview, decode: Decode = True) -> Any:
+    """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes."""
+    return field_decoder(field, decode)(data)
+
+
+def decode_error(field: str, err: Exception, where: str) -> ShardError:
+    """The error for a field that failed to decode, naming ``where`` (URL and sample)."""
+    return ShardError(
+        f"{where}, field {field!r}: cannot decode ({type(err).__name__}: {err}); "
+        f"pass decode=False or leave {extension(field)!r} out of decode"
+    )
+
+
+def decode_in_sample(field: str, data: bytes | memoryview, decode: Decode, where: str) -> Any:
     """:func:`decode_field`, with a failure raised as ShardError naming ``where`` (URL and sample)."""
     try:
         return decode_field(field, data, decode)
     except Exception as err:
-        raise ShardError(
-            f"{where}, field {field!r}: cannot decode ({type(err).__name__}: {err}); "
-            f"pass decode=False or leave {extension(field)!r} out of decode"
-        ) from err
+        raise decode_error(field, err, where) from err

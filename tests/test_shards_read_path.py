@@ -1,0 +1,133 @@
+"""The quick read path of tar shards: a header walk agreeing with ``tarfile``, ``.npy`` without np.load."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from shards_data import npy_bytes
+
+from loaderfactory.shards import Storage
+from loaderfactory.shards.decode import decode_field
+from loaderfactory.shards.npy import npy_array
+from loaderfactory.shards.tar_format import TarShard, scan_tar
+from loaderfactory.shards.tar_headers import walk_headers
+
+
+def _tar(members: list[tuple[str, bytes | None]], tar_format: int) -> bytes:
+    """A tar of ``(name, data)`` members (``None``: a directory) in ``tar_format``."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tar_format) as archive:
+        for name, data in members:
+            info = tarfile.TarInfo(name)
+            if data is None:
+                info.type = tarfile.DIRTYPE
+                archive.addfile(info)
+            else:
+                info.size = len(data)
+                archive.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def _tarfile_listing(path: Path) -> list[tuple[str, int, int]]:
+    with tarfile.open(path) as archive:
+        return [(m.name, m.offset_data, m.size) for m in archive if m.isfile()]
+
+
+MEMBERS: list[tuple[str, bytes | None]] = [
+    ("d", None),
+    ("d/a.cls", b"1"),
+    ("d/a.txt", b"x" * 700),
+    ("d/b.cls", b""),
+    ("p" * 120 + "/c.cls", b"22"),  # a ustar prefix field, or a pax/GNU long-name header
+    ("é/e.txt", "ü".encode()),  # a pax header for the non-ASCII name
+]
+
+
+@pytest.mark.parametrize("tar_format", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_the_header_walk_lists_what_tarfile_lists(tmp_path: Path, tar_format: int) -> None:
+    """Directories, empty files, prefixes, long and non-ASCII names in each tar format: the samples
+    of a shard are tarfile's files, at tarfile's offsets, whether walked quickly or by tarfile."""
+    members = [m for m in MEMBERS if tar_format != tarfile.USTAR_FORMAT or m[0].isascii()]
+    path = tmp_path / "s.tar"
+    path.write_bytes(_tar(members, tar_format))
+    listing = _tarfile_listing(path)
+    scanned = [
+        (f"{s.key}.{f}", o, n) for s in scan_tar(Storage(), str(path)) for f, (o, n) in s.fields.items()
+    ]
+    assert scanned == listing
+    with path.open("rb") as file:
+        walked = walk_headers(file, path.stat().st_size)
+    if walked is not None:  # the quick walk took it: it must agree exactly
+        assert walked[0] == listing
+    assert (walked is None) == (tar_format != tarfile.USTAR_FORMAT)  # long names need tarfile's rules
+
+
+def test_a_bad_checksum_is_left_to_tarfile_which_names_the_shard(tmp_path: Path) -> None:
+    """A corrupt header is not guessed at: tarfile reads the shard and the error names it."""
+    data = bytearray(_tar([("a.cls", b"1"), ("b.cls", b"2")], tarfile.USTAR_FORMAT))
+    data[1024 + 10] ^= 0xFF  # the second member's name: its checksum no longer matches
+    path = tmp_path / "bad.tar"
+    path.write_bytes(bytes(data))
+    with path.open("rb") as file:
+        assert walk_headers(file, len(data)) is None
+    with pytest.raises(Exception, match=str(path)):
+        scan_tar(Storage(), str(path))
+
+
+ARRAYS = [
+    np.arange(12, dtype=np.float32).reshape(3, 4),
+    np.asfortranarray(np.arange(12.0).reshape(3, 4)),
+    np.zeros((0, 3), np.int16),
+    np.array(5, np.int64),
+    np.array([True, False]),
+    np.arange(10, dtype=np.uint8),
+]
+
+
+@pytest.mark.parametrize("array", ARRAYS, ids=lambda a: f"{a.dtype}{a.shape}")
+@pytest.mark.parametrize(
+    "wrap", [bytes, lambda b: memoryview(bytearray(b"..." + b))[3:]], ids=["bytes", "view"]
+)
+def test_npy_decodes_like_np_load_to_a_writable_tensor(array: np.ndarray, wrap: object) -> None:
+    """Dtype, shape, values and memory order as np.load gives them; no read-only-array warning."""
+    data = wrap(npy_bytes(array))  # type: ignore[operator]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tensor = decode_field("x.npy", data)
+    expected = np.load(io.BytesIO(npy_bytes(array)))
+    assert tensor.numpy().dtype == expected.dtype
+    assert np.array_equal(tensor.numpy(), expected)
+    assert tensor.numpy().flags.f_contiguous == expected.flags.f_contiguous
+
+
+def test_npy_refuses_a_cut_off_array_and_leaves_objects_to_np_load() -> None:
+    data = npy_bytes(np.arange(100))
+    with pytest.raises(ValueError):
+        npy_array(data[:-5])
+    objects = io.BytesIO()
+    np.save(objects, np.array([{"a": 1}], dtype=object), allow_pickle=True)
+    assert npy_array(objects.getvalue()) is None
+    with pytest.raises(ValueError, match="pickle"):
+        decode_field("x.npy", objects.getvalue())
+
+
+def test_samples_read_from_a_kept_file_are_independent(tmp_path: Path) -> None:
+    """Changing one sample's tensor changes no other read of it; the file closes with the shard."""
+    path = tmp_path / "s.tar"
+    samples = [(f"{i:03d}.npy", npy_bytes(np.full(4, i, np.int32))) for i in range(5)]
+    path.write_bytes(_tar(list(samples), tarfile.USTAR_FORMAT))
+    shard = TarShard(Storage(), str(path))
+    first = shard.sample(2)["npy"]
+    first += 100
+    assert torch.equal(shard.sample(2)["npy"], torch.full((4,), 2, dtype=torch.int32))
+    assert [int(shard.sample(i)["npy"][0]) for i in range(5)] == list(range(5))
+    closer = shard._closer
+    assert closer is not None and closer.alive
+    del shard
+    assert not closer.alive
