@@ -18,6 +18,7 @@ old_pl = pytest.importorskip("pytorch_lightning")
 hydra_utils = pytest.importorskip("hydra.utils")
 
 from hydra.errors import InstantiationException  # noqa: E402 - after the skips above
+from lightning_trainer import quiet_trainer  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from loaderfactory import ConfigError  # noqa: E402
@@ -62,20 +63,6 @@ def _recorder(package: Any) -> Any:
     return Recorder()
 
 
-def _trainer(package: Any, root: Path, **options: Any) -> Any:
-    return package.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=root,
-        num_sanity_val_steps=0,
-        **options,
-    )
-
-
 def _flat(epochs: list[list[list[int]]]) -> list[list[int]]:
     return [batch for epoch in epochs for batch in epoch]
 
@@ -101,11 +88,11 @@ def test_each_packages_trainer_fits_resumes_and_skips_stages_without_config(
     module = module_class(_data(12), batch_size=3)
     hooks = {stage: is_overridden(f"{stage}_dataloader", module, package) for stage in STAGES}
     assert hooks == {"train": True, "val": False, "test": False, "predict": False}
-    _trainer(package, tmp_path, max_epochs=2).fit(whole, datamodule=module)
-    stopped = _trainer(package, tmp_path, max_steps=5)
+    quiet_trainer(package, tmp_path, max_epochs=2).fit(whole, datamodule=module)
+    stopped = quiet_trainer(package, tmp_path, max_steps=5)
     stopped.fit(first, datamodule=module_class(_data(12), batch_size=3))
     stopped.save_checkpoint(tmp_path / "stopped.ckpt")
-    resumed = _trainer(package, tmp_path, max_steps=8)
+    resumed = quiet_trainer(package, tmp_path, max_steps=8)
     resumed.fit(second, datamodule=module_class(_data(12), batch_size=3), ckpt_path=tmp_path / "stopped.ckpt")
     assert [len(epoch) for epoch in whole.epochs] == [4, 4]
     assert _flat(first.epochs) + _flat(second.epochs) == _flat(whole.epochs)
@@ -134,7 +121,7 @@ def test_hparams_hold_the_arguments_and_the_plain_stage_configs(tmp_path: Path) 
     module = LoaderDataModule(node.data.train, num_workers=0)
     assert module.hparams["num_workers"] == 0 and module.hparams["batch_size"] is None
     assert module.hparams["train"]["loader"] == {"kind": "torch", "batch_size": 2}
-    runner = _trainer(pl, tmp_path, max_steps=1)
+    runner = quiet_trainer(pl, tmp_path, max_steps=1)
     runner.fit(_recorder(pl), datamodule=module)
     runner.save_checkpoint(tmp_path / "one.ckpt")
     saved = torch.load(tmp_path / "one.ckpt", weights_only=False)
@@ -146,7 +133,7 @@ def test_the_tuner_finds_a_batch_size_and_the_fit_trains_with_it(tmp_path: Path)
     from lightning.pytorch.tuner import Tuner
 
     module, model = LoaderDataModule(_data(64), batch_size=2), _recorder(pl)
-    runner = _trainer(pl, tmp_path, max_epochs=1)
+    runner = quiet_trainer(pl, tmp_path, max_epochs=1)
     found = Tuner(runner).scale_batch_size(
         model, datamodule=module, mode="power", max_trials=3, steps_per_trial=1
     )
@@ -239,7 +226,7 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(overfit: float, 
     """With ``overfit_batches``, every epoch takes the same first batches of the shuffled order."""
     model = _recorder(pl)
     module = LoaderDataModule(_data(16, shuffle=True), batch_size=4)
-    _trainer(pl, tmp_path, max_epochs=3, overfit_batches=overfit).fit(model, datamodule=module)
+    quiet_trainer(pl, tmp_path, max_epochs=3, overfit_batches=overfit).fit(model, datamodule=module)
     first = model.epochs[0]
     assert len(first) == 2 and len({i for batch in first for i in batch}) == 8
     assert model.epochs == [first] * 3
