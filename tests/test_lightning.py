@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import loaderfactory
 
 pl = pytest.importorskip("lightning.pytorch")
 
-from lightning_trainer import quiet_trainer  # noqa: E402
+from lightning_helpers import lightning_imports, quiet_trainer  # noqa: E402
 
 from loaderfactory.lightning import LoaderDataModule  # noqa: E402 - needs Lightning, checked just above
 
@@ -234,10 +232,4 @@ def test_a_restored_loader_counts_the_whole_epoch_and_yields_the_rest() -> None:
 
 def test_importing_loaderfactory_never_imports_lightning() -> None:
     """Lightning loads only with ``loaderfactory.lightning``, never with the package or a loader."""
-    code = (
-        "import sys, loaderfactory\n"
-        "loaderfactory.build_loader({'dataset': {'kind': 'synthetic', 'length': 2}}).close()\n"
-        "print(sorted(m for m in sys.modules if 'lightning' in m))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert lightning_imports()["loader"] == []

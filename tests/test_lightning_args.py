@@ -4,9 +4,6 @@ the tuner, errors at construction named from the app's root, and ``overfit_batch
 from __future__ import annotations
 
 import importlib
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +15,7 @@ old_pl = pytest.importorskip("pytorch_lightning")
 hydra_utils = pytest.importorskip("hydra.utils")
 
 from hydra.errors import InstantiationException  # noqa: E402 - after the skips above
-from lightning_trainer import quiet_trainer  # noqa: E402
+from lightning_helpers import lightning_imports, quiet_trainer  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from loaderfactory import ConfigError  # noqa: E402
@@ -234,11 +231,6 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(overfit: float, 
 
 def test_each_class_loads_only_its_own_lightning_package() -> None:
     """``loaderfactory.lightning`` loads no Lightning; each class loads its own package, not the other."""
-    code = (
-        "import json, sys, loaderfactory.lightning as lfl\n"
-        "top = lambda: sorted({m.split('.')[0] for m in sys.modules if 'lightning' in m.split('.')[0]})\n"
-        "print(json.dumps(top())); lfl.PLLoaderDataModule; print(json.dumps(top()))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    before, after = (json.loads(line) for line in result.stdout.splitlines()[:2])
-    assert before == [] and "pytorch_lightning" in after and "lightning" not in after
+    imports = lightning_imports()
+    assert imports["module"] == [] and "pytorch_lightning" in imports["pl_class"]
+    assert "lightning" not in imports["pl_class"]
