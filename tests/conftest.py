@@ -7,12 +7,14 @@ runs, whose processes and ``/dev/shm`` names come and go meanwhile (see ``segmen
 from __future__ import annotations
 
 import contextlib
+import os
 import threading
 import time
 from collections.abc import Iterator
 
 import psutil
 import pytest
+from cli_forks import CLI_FORKS, PYTHONPATH, CliForks
 from hypothesis import settings
 from process_checks import SIGNALLED, segments_of_tree, shm_names, tree_pids, watch_signals
 
@@ -73,6 +75,21 @@ def no_leaks(request: pytest.FixtureRequest) -> Iterator[None]:
         problems.append(f"shared-memory segments left in /dev/shm: {sorted(new_segments)}")
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def cli_forks() -> Iterator[CliForks | None]:
+    """One interpreter with torch and Hydra imported that ``tests.test_cli.cli`` forks per command run
+    (see ``cli_forks.py``): a module of command tests asks for it with ``usefixtures``. With
+    ``LF_TEST_CLI_FORKS=0`` every run starts its own interpreter, as a user's does."""
+    if os.environ.get("LF_TEST_CLI_FORKS") == "0":
+        yield None
+        return
+    server = CliForks(PYTHONPATH)
+    CLI_FORKS.append(server)
+    yield server
+    CLI_FORKS.clear()
+    server.close()
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -15,6 +15,8 @@ from loaderfactory import ConfigError, validate
 from loaderfactory.hydra.argv import open_config_keys, shown_overrides, with_light_overrides
 from tests.test_cli import ROOT, cli
 
+pytestmark = pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
+
 TYPO_AND_BOUND = ["loader.batch_sise=4", "prefetch.buffer_size=0"]
 
 

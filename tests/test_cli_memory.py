@@ -12,6 +12,8 @@ from torch.utils.data import DataLoader, Dataset
 from loaderfactory.stats import PeakMemory
 from tests.test_cli import QUICK, cli
 
+pytestmark = pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
+
 
 class _Numbers(Dataset[int]):
     def __len__(self) -> int:

@@ -3,9 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +11,7 @@ from omegaconf import OmegaConf
 
 from loaderfactory import ConfigError, build_loader, compose, validate
 from loaderfactory.config import registry
+from tests.test_cli import cli
 
 DATASET = {"kind": "synthetic", "length": 16, "fields": {"image": {"shape": [2]}}}
 
@@ -95,32 +93,17 @@ def test_an_item_over_the_queue_budget_names_the_queue_field() -> None:
         next(iter(loader))
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_a_sweep_goes_on_past_an_invalid_point(tmp_path: Path) -> None:
     """`-m loader.batch_size=0,8` fails the first job with a report of its problems, runs the second,
     and exits 1 because a job failed."""
-    root = Path(__file__).resolve().parent.parent
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loaderfactory",
-            "-m",
-            "loader.batch_size=0,8",
-            "run.batches=2",
-            "run.progress=false",
-            "run.plots=false",
-            f"hydra.sweep.dir={tmp_path}",
-        ],
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": str(root)},
-        capture_output=True,
-        text=True,
-        timeout=120,
+    result = cli(
+        tmp_path, "-m", "loader.batch_size=0,8", "run.batches=2", "run.progress=false", "run.plots=false"
     )
     assert result.returncode == 1, result.stderr
-    failed = json.loads((tmp_path / "0" / "report.json").read_text())
+    failed = json.loads((tmp_path / "sweep" / "0" / "report.json").read_text())
     assert failed["problems"][0]["path"] == "loader.batch_size"
-    assert json.loads((tmp_path / "1" / "report.json").read_text())["batches"] == 2
+    assert json.loads((tmp_path / "sweep" / "1" / "report.json").read_text())["batches"] == 2
 
 
 def test_a_plain_transform_with_an_option_is_not_handed_the_generator() -> None:

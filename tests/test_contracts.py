@@ -143,6 +143,17 @@ RESUMED = [(c, ()) for c in CASES if c.contract.exact_resume] + [
 ]
 
 
+_UNBROKEN: dict[tuple[str, tuple[str, ...]], tuple[int, list[list[int]]]] = {}
+
+
+def _unbroken(case: Case, extra: tuple[str, ...], folder: Path) -> tuple[int, list[list[int]]]:
+    """An epoch's length and the batches of two unbroken epochs, once per case for every ``stop_at``."""
+    if (str(case), extra) not in _UNBROKEN:
+        with build(case, folder, *extra) as loader:
+            _UNBROKEN[str(case), extra] = len(loader), [indices(b) for _ in range(2) for b in loader]
+    return _UNBROKEN[str(case), extra]
+
+
 @pytest.mark.parametrize(
     ("case", "extra"), RESUMED, ids=lambda v: str(v) if isinstance(v, Case) else "-".join(v)
 )
@@ -151,9 +162,7 @@ def test_resume_yields_exactly_the_rest(
     case: Case, extra: tuple[str, ...], stop_at: int, tmp_path: Path
 ) -> None:
     """Restored from a JSON state taken after batch k, a loader yields batches k+1... of an unbroken run."""
-    with build(case, tmp_path, *extra) as loader:
-        epoch_length = len(loader)
-        whole = [indices(b) for _ in range(2) for b in loader]
+    epoch_length, whole = _unbroken(case, extra, tmp_path)
     assert stop_at < len(whole)
     with build(case, tmp_path, *extra) as first:
         seen = 0

@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,6 +20,7 @@ from loaderfactory.components.order import batches, rank_part
 from loaderfactory.components.sharded.sampling import ShardPlanner
 from loaderfactory.config.validation import validate_plain
 from loaderfactory.rules import epochs
+from tests.test_cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -163,15 +161,12 @@ def test_a_queue_ring_counts_the_stages_after_it() -> None:
     assert "must be >= 4" in problems_of(config)["queue.collate.ring_size"]
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_ring_refused_by_validate_and_plan_modes(tmp_path: Path) -> None:
     """`run.mode=validate` and `run.mode=plan` refuse the corrupting config instead of saying it is OK."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     for mode in ("validate", "plan"):
-        command = [
-            sys.executable, "-m", "loaderfactory", f"run.mode={mode}", "prefetch=thread",
-            "prefetch.buffer_size=4", "loader.collate={kind: ring, ring_size: 4}",
-        ]  # fmt: skip
-        result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+        ring = ("prefetch=thread", "prefetch.buffer_size=4", "loader.collate={kind: ring, ring_size: 4}")
+        result = cli(tmp_path, f"run.mode={mode}", *ring)
         assert result.returncode != 0
         assert "loader.collate.ring_size: must be >= 6" in result.stderr
 

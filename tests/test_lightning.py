@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,8 @@ from torch.utils.data import Dataset
 import loaderfactory
 
 pl = pytest.importorskip("lightning.pytorch")
+
+from lightning_helpers import lightning_imports, quiet_trainer  # noqa: E402
 
 from loaderfactory.lightning import LoaderDataModule  # noqa: E402 - needs Lightning, checked just above
 
@@ -86,20 +86,6 @@ class Evaluator(Recorder):
         return indices(batch)
 
 
-def trainer(root: Path, checkpoints: bool = False, **limits: Any) -> Any:
-    return pl.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=checkpoints,
-        default_root_dir=root,
-        num_sanity_val_steps=0,
-        **limits,
-    )
-
-
 def _take_checkpoint(root: Path) -> Path:
     """Move the checkpoint under ``root`` out of its folder: Lightning wants it empty to resume into."""
     (saved,) = root.glob("**/*.ckpt")
@@ -110,7 +96,9 @@ def _take_checkpoint(root: Path) -> Path:
 def uninterrupted(tmp_path_factory: pytest.TempPathFactory) -> list[list[int]]:
     """The training batches of a fit of two epochs that nothing interrupts."""
     model = Recorder()
-    trainer(tmp_path_factory.mktemp("whole"), max_epochs=2).fit(model, datamodule=LoaderDataModule(TRAIN))
+    quiet_trainer(pl, tmp_path_factory.mktemp("whole"), max_epochs=2).fit(
+        model, datamodule=LoaderDataModule(TRAIN)
+    )
     return model.seen["train"]
 
 
@@ -125,11 +113,11 @@ def test_a_fit_resumed_mid_epoch_sees_exactly_the_rest(
 ) -> None:
     """Stopped after ``stop_at`` steps and checkpointed, the resumed fit trains on exactly the rest."""
     first = Recorder()
-    stopped = trainer(tmp_path, max_steps=stop_at)
+    stopped = quiet_trainer(pl, tmp_path, max_steps=stop_at)
     stopped.fit(first, datamodule=LoaderDataModule(TRAIN))
     stopped.save_checkpoint(tmp_path / "stopped.ckpt")
     second = Recorder()
-    resumed = trainer(tmp_path, max_steps=STEPS)
+    resumed = quiet_trainer(pl, tmp_path, max_steps=STEPS)
     resumed.fit(second, datamodule=LoaderDataModule(TRAIN), ckpt_path=tmp_path / "stopped.ckpt")
     assert first.seen["train"] == uninterrupted[:stop_at]
     assert second.seen["train"] == uninterrupted[stop_at:STEPS]
@@ -138,11 +126,11 @@ def test_a_fit_resumed_mid_epoch_sees_exactly_the_rest(
 def test_a_stack_that_reads_ahead_resumes_mid_epoch_too(tmp_path: Path) -> None:
     """Buffers, a stream and echoes in the loader: the resumed fit still trains on exactly the rest."""
     whole, first, second = Recorder(), Recorder(), Recorder()
-    trainer(tmp_path, max_epochs=2).fit(whole, datamodule=LoaderDataModule(STACK))
-    stopped = trainer(tmp_path, max_steps=7)
+    quiet_trainer(pl, tmp_path, max_epochs=2).fit(whole, datamodule=LoaderDataModule(STACK))
+    stopped = quiet_trainer(pl, tmp_path, max_steps=7)
     stopped.fit(first, datamodule=LoaderDataModule(STACK))
     stopped.save_checkpoint(tmp_path / "stopped.ckpt")
-    resumed = trainer(tmp_path, max_steps=len(whole.seen["train"]))
+    resumed = quiet_trainer(pl, tmp_path, max_steps=len(whole.seen["train"]))
     resumed.fit(second, datamodule=LoaderDataModule(STACK), ckpt_path=tmp_path / "stopped.ckpt")
     assert whole.seen["train"] == plain_loop(STACK, epochs=2)
     assert first.seen["train"] + second.seen["train"] == whole.seen["train"]
@@ -158,11 +146,11 @@ def test_a_fit_resumed_from_a_checkpoint_on_an_epochs_last_batch_starts_the_next
         return pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "saved", every_n_train_steps=every_epoch)
 
     first, second = Recorder(), Recorder()
-    trainer(tmp_path, checkpoints=True, callbacks=[saving()], max_steps=every_epoch).fit(
+    quiet_trainer(pl, tmp_path, checkpoints=True, callbacks=[saving()], max_steps=every_epoch).fit(
         first, datamodule=LoaderDataModule(TRAIN)
     )
     checkpoint = _take_checkpoint(tmp_path)
-    resumed = trainer(tmp_path, checkpoints=True, callbacks=[saving()], max_steps=STEPS)
+    resumed = quiet_trainer(pl, tmp_path, checkpoints=True, callbacks=[saving()], max_steps=STEPS)
     resumed.fit(second, datamodule=LoaderDataModule(TRAIN), ckpt_path=checkpoint)
     assert first.seen["train"] + second.seen["train"] == uninterrupted[:STEPS]
 
@@ -172,9 +160,9 @@ def test_an_epoch_based_fit_resumed_from_its_end_of_epoch_checkpoint_continues_t
 ) -> None:
     """Lightning's default checkpoint (at an epoch's end) resumes the shuffle at the next epoch's order."""
     first, second = Recorder(), Recorder()
-    trainer(tmp_path, checkpoints=True, max_epochs=1).fit(first, datamodule=LoaderDataModule(TRAIN))
+    quiet_trainer(pl, tmp_path, checkpoints=True, max_epochs=1).fit(first, datamodule=LoaderDataModule(TRAIN))
     checkpoint = _take_checkpoint(tmp_path)
-    resumed = trainer(tmp_path, checkpoints=True, max_epochs=2)
+    resumed = quiet_trainer(pl, tmp_path, checkpoints=True, max_epochs=2)
     resumed.fit(second, datamodule=LoaderDataModule(TRAIN), ckpt_path=checkpoint)
     assert first.seen["train"] + second.seen["train"] == uninterrupted
 
@@ -184,7 +172,7 @@ def test_val_test_and_predict_loaders_are_built_from_their_configs_and_closed(tm
     val, test, predict = _small(6, 3), _small(5, 2), _small(4, 4)
     module = LoaderDataModule(TRAIN, val=val, test=test, predict=predict)
     model = Evaluator()
-    runner = trainer(tmp_path, max_epochs=1)
+    runner = quiet_trainer(pl, tmp_path, max_epochs=1)
     runner.fit(model, datamodule=module)
     assert model.seen["val"] == plain_loop(val, epochs=1)
     runner.test(model, datamodule=module)
@@ -198,7 +186,7 @@ def test_val_test_and_predict_loaders_are_built_from_their_configs_and_closed(tm
 def test_a_stage_without_a_config_has_no_loader(tmp_path: Path) -> None:
     """Without ``val``, Lightning finds no validation loader and skips validation."""
     with pytest.warns(UserWarning, match="have no `val_dataloader`"):
-        trainer(tmp_path, max_steps=2).fit(Evaluator(), datamodule=LoaderDataModule(TRAIN))
+        quiet_trainer(pl, tmp_path, max_steps=2).fit(Evaluator(), datamodule=LoaderDataModule(TRAIN))
 
 
 class Items(Dataset[dict[str, Any]]):
@@ -219,7 +207,7 @@ def test_datasets_built_in_code_take_the_place_of_the_dataset_slot(tmp_path: Pat
     batches = {"loader": {"kind": "torch", "batch_size": 3}}
     module = LoaderDataModule(batches, val=batches, dataset=Items(6), val_dataset=Items(4))
     model = Evaluator()
-    trainer(tmp_path, max_epochs=1).fit(model, datamodule=module)
+    quiet_trainer(pl, tmp_path, max_epochs=1).fit(model, datamodule=module)
     assert model.seen["train"] == [[0, 1, 2], [3, 4, 5]]
     assert model.seen["val"] == [[0, 1, 2], [3]]
 
@@ -244,10 +232,4 @@ def test_a_restored_loader_counts_the_whole_epoch_and_yields_the_rest() -> None:
 
 def test_importing_loaderfactory_never_imports_lightning() -> None:
     """Lightning loads only with ``loaderfactory.lightning``, never with the package or a loader."""
-    code = (
-        "import sys, loaderfactory\n"
-        "loaderfactory.build_loader({'dataset': {'kind': 'synthetic', 'length': 2}}).close()\n"
-        "print(sorted(m for m in sys.modules if 'lightning' in m))"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert result.stdout.strip().splitlines()[-1] == "[]"
+    assert lightning_imports()["loader"] == []

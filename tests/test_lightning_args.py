@@ -4,9 +4,6 @@ the tuner, errors at construction named from the app's root, and ``overfit_batch
 from __future__ import annotations
 
 import importlib
-import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +15,7 @@ old_pl = pytest.importorskip("pytorch_lightning")
 hydra_utils = pytest.importorskip("hydra.utils")
 
 from hydra.errors import InstantiationException  # noqa: E402 - after the skips above
+from lightning_helpers import lightning_imports, quiet_trainer  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
 from loaderfactory import ConfigError  # noqa: E402
@@ -62,20 +60,6 @@ def _recorder(package: Any) -> Any:
     return Recorder()
 
 
-def _trainer(package: Any, root: Path, **options: Any) -> Any:
-    return package.Trainer(
-        accelerator="cpu",
-        devices=1,
-        logger=False,
-        enable_progress_bar=False,
-        enable_model_summary=False,
-        enable_checkpointing=False,
-        default_root_dir=root,
-        num_sanity_val_steps=0,
-        **options,
-    )
-
-
 def _flat(epochs: list[list[list[int]]]) -> list[list[int]]:
     return [batch for epoch in epochs for batch in epoch]
 
@@ -101,11 +85,11 @@ def test_each_packages_trainer_fits_resumes_and_skips_stages_without_config(
     module = module_class(_data(12), batch_size=3)
     hooks = {stage: is_overridden(f"{stage}_dataloader", module, package) for stage in STAGES}
     assert hooks == {"train": True, "val": False, "test": False, "predict": False}
-    _trainer(package, tmp_path, max_epochs=2).fit(whole, datamodule=module)
-    stopped = _trainer(package, tmp_path, max_steps=5)
+    quiet_trainer(package, tmp_path, max_epochs=2).fit(whole, datamodule=module)
+    stopped = quiet_trainer(package, tmp_path, max_steps=5)
     stopped.fit(first, datamodule=module_class(_data(12), batch_size=3))
     stopped.save_checkpoint(tmp_path / "stopped.ckpt")
-    resumed = _trainer(package, tmp_path, max_steps=8)
+    resumed = quiet_trainer(package, tmp_path, max_steps=8)
     resumed.fit(second, datamodule=module_class(_data(12), batch_size=3), ckpt_path=tmp_path / "stopped.ckpt")
     assert [len(epoch) for epoch in whole.epochs] == [4, 4]
     assert _flat(first.epochs) + _flat(second.epochs) == _flat(whole.epochs)
@@ -134,7 +118,7 @@ def test_hparams_hold_the_arguments_and_the_plain_stage_configs(tmp_path: Path) 
     module = LoaderDataModule(node.data.train, num_workers=0)
     assert module.hparams["num_workers"] == 0 and module.hparams["batch_size"] is None
     assert module.hparams["train"]["loader"] == {"kind": "torch", "batch_size": 2}
-    runner = _trainer(pl, tmp_path, max_steps=1)
+    runner = quiet_trainer(pl, tmp_path, max_steps=1)
     runner.fit(_recorder(pl), datamodule=module)
     runner.save_checkpoint(tmp_path / "one.ckpt")
     saved = torch.load(tmp_path / "one.ckpt", weights_only=False)
@@ -146,7 +130,7 @@ def test_the_tuner_finds_a_batch_size_and_the_fit_trains_with_it(tmp_path: Path)
     from lightning.pytorch.tuner import Tuner
 
     module, model = LoaderDataModule(_data(64), batch_size=2), _recorder(pl)
-    runner = _trainer(pl, tmp_path, max_epochs=1)
+    runner = quiet_trainer(pl, tmp_path, max_epochs=1)
     found = Tuner(runner).scale_batch_size(
         model, datamodule=module, mode="power", max_trials=3, steps_per_trial=1
     )
@@ -239,7 +223,7 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(overfit: float, 
     """With ``overfit_batches``, every epoch takes the same first batches of the shuffled order."""
     model = _recorder(pl)
     module = LoaderDataModule(_data(16, shuffle=True), batch_size=4)
-    _trainer(pl, tmp_path, max_epochs=3, overfit_batches=overfit).fit(model, datamodule=module)
+    quiet_trainer(pl, tmp_path, max_epochs=3, overfit_batches=overfit).fit(model, datamodule=module)
     first = model.epochs[0]
     assert len(first) == 2 and len({i for batch in first for i in batch}) == 8
     assert model.epochs == [first] * 3
@@ -247,11 +231,6 @@ def test_overfit_batches_trains_on_the_same_batches_every_epoch(overfit: float, 
 
 def test_each_class_loads_only_its_own_lightning_package() -> None:
     """``loaderfactory.lightning`` loads no Lightning; each class loads its own package, not the other."""
-    code = (
-        "import json, sys, loaderfactory.lightning as lfl\n"
-        "top = lambda: sorted({m.split('.')[0] for m in sys.modules if 'lightning' in m.split('.')[0]})\n"
-        "print(json.dumps(top())); lfl.PLLoaderDataModule; print(json.dumps(top()))\n"
-    )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    before, after = (json.loads(line) for line in result.stdout.splitlines()[:2])
-    assert before == [] and "pytorch_lightning" in after and "lightning" not in after
+    imports = lightning_imports()
+    assert imports["module"] == [] and "pytorch_lightning" in imports["pl_class"]
+    assert "lightning" not in imports["pl_class"]

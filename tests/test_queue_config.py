@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +13,7 @@ import loaderfactory as lf
 from loaderfactory.components.queue.dataset import QueueDataset
 from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.errors import ConfigError
+from tests.test_cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 DATASET = {
@@ -167,27 +166,12 @@ def test_telemetry_and_plots(tmp_path: Path) -> None:
     assert all(p.stat().st_size > 1000 for p in paths)
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_cli_runs_the_seed_example_and_writes_queue_plots(tmp_path: Path) -> None:
     """``loaderfactory queue=slow_hdd dataset=volumes`` runs and reports the queue's telemetry and plots."""
-    out = tmp_path / "run"
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "loaderfactory",
-            "queue=slow_hdd",
-            "dataset=volumes",
-            "dataset.delay_ms=1",
-            "queue.num_workers=2",
-            "run.batches=8",
-            "run.progress=false",
-            f"hydra.run.dir={out}",
-        ],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=110,
-    )
+    out = tmp_path / "run"  # cli()'s hydra.run.dir
+    example = ("queue=slow_hdd", "dataset=volumes", "dataset.delay_ms=1", "queue.num_workers=2")
+    result = cli(tmp_path, *example, "run.batches=8", "run.progress=false")
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["components"]["queue"]["draws"] >= 8

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -57,9 +58,12 @@ def _run_to(loader: Loader, reference: list[list[list[int]]], target: tuple[int,
     raise AssertionError(f"never reached {target}")
 
 
-def _check_resume(config: Any, stops: list[tuple[int, int]]) -> None:
-    """Stop at each (epoch, batches) in turn, restoring into a fresh loader; compare with a clean run."""
-    reference = _reference(config)
+def _check_resume(
+    config: Any, stops: list[tuple[int, int]], reference: list[list[list[int]]] | None = None
+) -> None:
+    """Stop at each (epoch, batches) in turn, restoring into a fresh loader; compare with a clean run
+    (``reference``, made here unless given)."""
+    reference = _reference(config) if reference is None else reference
     state = None
     for target in stops:
         with loaderfactory.build_loader(config) as loader:
@@ -99,12 +103,19 @@ def test_restored_loader_yields_exactly_the_rest(
     workers: int, stack: str, stops: list[tuple[int, int]]
 ) -> None:
     """Stopped after any batch and restored into a fresh Loader, it yields exactly what a clean run would."""
-    stream, prefetch = STACKS[stack]
-    config = _config(workers, stream, prefetch)
+    config = _config(workers, *STACKS[stack])
+    length, reference = _clean_run(workers, stack)
+    stops = [(e, length if i < 0 else i) for e, i in stops]
+    _check_resume(config, stops, reference)
+
+
+@functools.cache
+def _clean_run(workers: int, stack: str) -> tuple[int, list[list[list[int]]]]:
+    """An epoch's length and the batches of a clean run, once per stack for all of its stops."""
+    config = _config(workers, *STACKS[stack])
     with loaderfactory.build_loader(config) as loader:
         length = len(loader)
-    stops = [(e, length if i < 0 else i) for e, i in stops]
-    _check_resume(config, stops)
+    return length, _reference(config)
 
 
 def test_three_slot_stack_from_yaml_overrides_resumes() -> None:

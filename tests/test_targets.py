@@ -352,6 +352,7 @@ def test_kind_and_target_hint_names_the_override_from_the_root() -> None:
     assert "(on the command line: ~data.dataset +data.dataset._target_=...)" in str(nested.value)
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_cli_kind_and_target_hint_and_its_fix(tmp_path: Path) -> None:
     """On the command line a ``_target_`` added to the preset fails naming the fix, and the fix validates."""
     target = "loaderfactory.components.data.datasets.SyntheticDataset"

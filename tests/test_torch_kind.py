@@ -566,6 +566,7 @@ def test_build_errors_name_the_path_from_the_users_root() -> None:
     assert validation.value.paths == ["data.loader.drop_last"]
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_cli_validates_torch_overrides(tmp_path: Path) -> None:
     """``run.mode=validate`` accepts a sampler by ``_target_`` with ``batch_size=null`` and exits 0."""
     result = cli(
@@ -578,6 +579,7 @@ def test_cli_validates_torch_overrides(tmp_path: Path) -> None:
     assert "config OK" in result.stdout
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_cli_names_each_broken_torch_rule(tmp_path: Path) -> None:
     """A bad torch config exits 2 naming each field: shuffle beside a sampler, drop_last unbatched."""
     result = cli(
@@ -595,6 +597,7 @@ def test_cli_names_each_broken_torch_rule(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
 
 
+@pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 def test_cli_names_a_sampler_that_cannot_be_imported(tmp_path: Path) -> None:
     """A ``_target_`` that is not there exits 2 at ``loader.sampler._target_``."""
     result = cli(tmp_path, "run.mode=validate", "+loader.sampler={_target_: torch.utils.data.NoSuchSampler}")
