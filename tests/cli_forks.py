@@ -71,3 +71,15 @@ class CliForks:
             server.wait(30)
             server.stdout.close()
         shutil.rmtree(self.outputs)
+
+
+def run_command(
+    cwd: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 120
+) -> subprocess.CompletedProcess[str]:
+    """``python -m loaderfactory ARGS`` from ``cwd`` (``env``: variables to add), forked from the
+    session's :class:`CliForks` while the ``cli_forks`` fixture holds it, else a fresh interpreter."""
+    env = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
+    if CLI_FORKS and CLI_FORKS[0].serves(env):
+        return CLI_FORKS[0].run(list(args), cwd, env)
+    command = [sys.executable, "-m", "loaderfactory", *args]
+    return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)

@@ -9,7 +9,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import run_command
 from http_server import ShardServer
 from shards_data import id_samples, parquet_bytes, tar_bytes, write_tar_shards
 
@@ -32,6 +32,8 @@ from loaderfactory.shards import (
     save_index,
 )
 from loaderfactory.shards import storage as storage_module
+
+pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = [4] * 10
@@ -131,11 +133,9 @@ def test_a_server_that_stops_answering_fails_after_the_read_timeout(
 def _command(tmp_path: Path, *overrides: str, sweep: bool = False) -> subprocess.CompletedProcess[str]:
     """``python -m loaderfactory [-m] dataset=shards OVERRIDES``: two workers, batches of two, no
     progress bar."""
-    command = [sys.executable, "-m", "loaderfactory", *(["-m"] if sweep else [])]
-    command += ["dataset=shards", "loader.num_workers=2"]
+    command = [*(["-m"] if sweep else []), "dataset=shards", "loader.num_workers=2"]
     command += ["loader.batch_size=2", "run.progress=false", f"hydra.run.dir={tmp_path / 'run'}", *overrides]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.run(command, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120)
+    return run_command(tmp_path, *command)
 
 
 def test_the_command_reports_a_shard_it_cannot_read_in_one_paragraph(

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import run_command
 from s3_server import S3Server
 from shards_data import id_samples, tar_bytes, write_tar_shards
 
@@ -20,6 +21,8 @@ from loaderfactory.builders import shards as shards_builder
 from loaderfactory.config.specs import shards as shards_spec
 from loaderfactory.errors import ConfigError, ResumeWarning
 from loaderfactory.shards import INDEX_NAME, Storage, load_index
+
+pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = [6, 9, 4, 7, 5]
@@ -124,9 +127,7 @@ def test_a_missing_shard_is_reported_at_dataset_urls(tmp_path: Path) -> None:
 
 
 def _command(*overrides: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "loaderfactory", *overrides]
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(command, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+    return run_command(cwd, *overrides)
 
 
 def test_index_mode_writes_the_index_beside_the_shards(tmp_path: Path) -> None:

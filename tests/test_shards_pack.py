@@ -6,7 +6,6 @@ from __future__ import annotations
 import os
 import re
 import subprocess
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,6 +14,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from cli_forks import run_command
 from s3_server import S3Server
 from torch.utils.data import Dataset, IterableDataset
 
@@ -22,6 +22,8 @@ import loaderfactory
 from loaderfactory.components.data.datasets import SyntheticDataset
 from loaderfactory.errors import ArgumentError
 from loaderfactory.shards import INDEX_NAME, PackError, ShardsDataset, Storage, load_index, pack
+
+pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
 ROOT = Path(__file__).resolve().parent.parent
 FORMATS = ["tar", "parquet"]
@@ -284,9 +286,7 @@ def test_a_folder_that_holds_shards_and_bad_arguments_are_refused(tmp_path: Path
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    command = [sys.executable, "-m", "loaderfactory", *args, f"hydra.run.dir={tmp_path / 'run'}"]
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    return run_command(tmp_path, *args, f"hydra.run.dir={tmp_path / 'run'}")
 
 
 def test_the_command_packs_a_preset_and_says_what_it_wrote(tmp_path: Path) -> None:

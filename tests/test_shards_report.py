@@ -5,7 +5,6 @@ from __future__ import annotations
 import functools
 import json
 import subprocess
-import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -14,12 +13,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import run_command
 from counting_http_server import CountingRangeHandler
 from s3_server import S3Server
 from shards_data import id_samples, sample_bytes, tar_bytes, write_indexed_tar_shards, write_tar_shards
 
 from loaderfactory.shards import ShardInfo, Storage, build_index, save_index
 from loaderfactory.shards.index import INDEX_NAME
+
+pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
 ROOT = Path(__file__).resolve().parents[1]
 COUNTS = [6, 4, 7, 5]
@@ -29,11 +31,7 @@ TOTAL = sum(COUNTS)
 def _command(
     *overrides: str, cwd: Path, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess[str]:
-    command = [sys.executable, "-m", "loaderfactory", "run.progress=false", *overrides]
-    base = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    return subprocess.run(
-        command, capture_output=True, text=True, cwd=cwd, env={**base, **(env or {})}, timeout=180
-    )
+    return run_command(cwd, "run.progress=false", *overrides, env=env, timeout=180)
 
 
 def _run(tmp_path: Path, *overrides: str, env: dict[str, str] | None = None) -> dict[str, Any]:
