@@ -313,8 +313,11 @@ def error_at_item_k(component: Component, release: threading.Event) -> None:
 def stuck_with_timeout(component: Component, release: threading.Event) -> None:
     """A producer stuck in the dataset raises the stall error right after ``timeout``, not after a join."""
     hang_from = K if component.ordered else 0  # the queue draws from held items while any are held
+    # Worker processes may take longer than TIMEOUT_S to start on a loaded machine, which would stall
+    # a draw before the hang: components with processes get ten times the timeout (3 s).
+    timeout = TIMEOUT_S * (10 if component.processes else 1)
     started = time.monotonic()
-    made = component.build(Faulty(release, hang_from=hang_from, order=component.order), TIMEOUT_S)
+    made = component.build(Faulty(release, hang_from=hang_from, order=component.order), timeout)
     iterator = iter(made)
     for _ in range(hang_from):
         next(iterator)
@@ -322,7 +325,7 @@ def stuck_with_timeout(component: Component, release: threading.Event) -> None:
     started = time.monotonic()
     with pytest.raises(component.stall_error, match=r"timed out|timeout"):
         next(iterator)
-    assert time.monotonic() - started - TIMEOUT_S < ERROR_BOUND_S + allowance(startup)
+    assert time.monotonic() - started - timeout < ERROR_BOUND_S + allowance(startup)
     release.set()
     close_component(made)
 
