@@ -62,8 +62,20 @@ def _scan_plain(file: BinaryIO, samples: list[TarSample], url: str, size: int) -
     if walked is None:
         return None
     members, end = walked
+    last: TarSample | None = None
     for name, offset, member_size in members:
-        _add_file(samples, name, offset, member_size, url, size)
+        dot = name.find(".", name.rfind("/") + 1)
+        if offset + member_size > size or "//" in name or dot < 0:  # errors and odd names: the rules
+            _add_file(samples, name, offset, member_size, url, size)
+            last = samples[-1] if samples else None
+            continue
+        key, field = name[:dot], name[dot + 1 :]
+        if not field:
+            continue
+        if last is None or last.key != key:
+            last = TarSample(key, {})
+            samples.append(last)
+        last.fields[field] = (offset, member_size)
     return end
 
 
