@@ -148,13 +148,24 @@ class TarShard:
 
     def sample(self, index: int) -> dict[str, Any]:
         """Sample ``index`` of this shard: ``__key__`` and each field, decoded by extension."""
-        entry = self.samples[index]
-        start, end = entry.span
+        return self.sample_run(index, 1)[0]
+
+    def sample_run(self, first: int, count: int) -> list[dict[str, Any]]:
+        """Samples ``first`` to ``first + count - 1``, read with one request spanning them all."""
+        entries = self.samples[first : first + count]
+        start, end = entries[0].span[0], max(entry.span[1] for entry in entries)
         data = self._read(start, end)
-        if len(data) < end - start:
-            raise ShardError(
-                f"{self.url}: truncated tar: sample {entry.key!r} (#{index}) ends past the shard"
-            )
+        out = []
+        for index, entry in enumerate(entries, first):
+            if len(data) < entry.span[1] - start:
+                raise ShardError(
+                    f"{self.url}: truncated tar: sample {entry.key!r} (#{index}) ends past the shard"
+                )
+            out.append(self._decoded(entry, index, data, start))
+        return out
+
+    def _decoded(self, entry: TarSample, index: int, data: memoryview, start: int) -> dict[str, Any]:
+        """``__key__`` and each field of ``entry``, decoded by extension from ``data`` (at ``start``)."""
         out: dict[str, Any] = {"__key__": entry.key}
         for field, (offset, size) in entry.fields.items():
             decoder = self._decoders.get(field)
