@@ -11,7 +11,7 @@ import torch
 from shards_data import id_samples, tar_bytes, write_parquet_shards, write_tar_shards
 
 import loaderfactory
-from loaderfactory.shards import ShardError, ShardsDataset
+from loaderfactory.shards import ShardError, ShardsDataset, tar_format
 from loaderfactory.shards.batch_read import batch_runs
 
 COUNTS = [5, 3, 7, 1, 6]
@@ -99,3 +99,15 @@ def test_the_torch_loader_reads_batches_by_runs_without_loss(tmp_path: Path) -> 
     loader = loaderfactory.build_loader(config)
     ids = [int(i) for batch in loader for i in batch["cls"]]
     assert ids == list(range(sum(COUNTS)))
+
+
+def test_a_run_longer_than_one_read_is_read_in_pieces(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Runs split into several reads of at most ``RUN_BYTES`` (one sample at least) read the same."""
+    monkeypatch.setattr(tar_format, "RUN_BYTES", 6000)  # about two 3 KB samples per read
+    dataset = ShardsDataset(write_tar_shards(tmp_path, COUNTS))
+    indices = list(range(len(dataset)))
+    _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+    monkeypatch.setattr(tar_format, "RUN_BYTES", 1)  # every sample alone
+    _same(dataset.__getitems__(indices), [dataset[i] for i in indices])

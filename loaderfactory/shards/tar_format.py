@@ -22,6 +22,10 @@ from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
 from loaderfactory.shards.tar_headers import walk_headers
 
+RUN_BYTES = 1 << 16
+"""The most bytes one read of consecutive samples spans: larger buffers come from fresh pages
+(malloc's mmap threshold) and cost more than separate reads of samples this large."""
+
 
 @dataclass(frozen=True)
 class TarSample:
@@ -151,8 +155,21 @@ class TarShard:
         return self.sample_run(index, 1)[0]
 
     def sample_run(self, first: int, count: int) -> list[dict[str, Any]]:
-        """Samples ``first`` to ``first + count - 1``, read with one request spanning them all."""
+        """Samples ``first`` to ``first + count - 1``: each read spans as many of them as fit in
+        ``RUN_BYTES`` (at least one sample)."""
+        out: list[dict[str, Any]] = []
         entries = self.samples[first : first + count]
+        begin = 0
+        while begin < len(entries):
+            stop, limit = begin + 1, entries[begin].span[0] + RUN_BYTES
+            while stop < len(entries) and entries[stop].span[1] <= limit:
+                stop += 1
+            out.extend(self._read_samples(entries[begin:stop], first + begin))
+            begin = stop
+        return out
+
+    def _read_samples(self, entries: list[TarSample], first: int) -> list[dict[str, Any]]:
+        """``entries`` (samples ``first`` on), decoded from one read spanning them."""
         start, end = entries[0].span[0], entries[-1].span[1]  # samples lie in the shard in order
         data = self._read(start, end)
         out = []

@@ -30,17 +30,17 @@ Member = tuple[str, int, int]
 def walk_headers(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
     """The regular files of the archive in ``file`` and the offset of its end-of-archive block;
     None when the archive needs ``tarfile`` (see the module docstring). Reads ``CHUNK`` bytes at a
-    time and checks the headers' checksums together at the end."""
+    time after small members (a header alone after large ones) and checks checksums in batches."""
     members: list[Member] = []
     headers: list[bytes] = []
     checksums: list[int] = []
     offset = chunk_start = 0
-    chunk = b""
+    chunk, read_size, typical = b"", CHUNK, 0
     while offset + BLOCK <= size:
         at = offset - chunk_start
         if at + BLOCK > len(chunk):
             file.seek(offset)
-            chunk, chunk_start, at = file.read(min(CHUNK, size - offset)), offset, 0
+            chunk, chunk_start, at = file.read(min(read_size, size - offset)), offset, 0
             if len(chunk) < BLOCK:
                 return None
         block = chunk[at : at + BLOCK]
@@ -59,6 +59,8 @@ def walk_headers(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
         elif kind != b"5" or member_size:
             return None  # a link, a device, a pax or GNU header: tarfile's rules apply
         offset += BLOCK + -(-member_size // BLOCK) * BLOCK
+        typical = (typical * 7 + member_size) // 8  # large members: a header alone per read
+        read_size = CHUNK if typical <= CHUNK // 8 else BLOCK
     return None
 
 
