@@ -80,6 +80,26 @@ def test_a_bad_checksum_is_left_to_tarfile_which_names_the_shard(tmp_path: Path)
         scan_tar(Storage(), str(path))
 
 
+def test_the_walk_over_many_members_agrees_and_refuses_a_late_bad_checksum(tmp_path: Path) -> None:
+    """Past its read chunk and its batch of checksums: the walk still lists what tarfile lists, and a
+    header corrupted after thousands of good ones still sends the shard to tarfile."""
+    members: list[tuple[str, bytes | None]] = [
+        (f"{i:05d}.{field}", bytes([i % 251]) * (i % 700)) for i in range(2100) for field in ("cls", "bin")
+    ]
+    data = _tar(members, tarfile.USTAR_FORMAT)
+    path = tmp_path / "many.tar"
+    path.write_bytes(data)
+    with path.open("rb") as file:
+        walked = walk_headers(file, len(data))
+    assert walked is not None and walked[0] == _tarfile_listing(path)
+    last_header = walked[0][-1][1] - 512
+    corrupt = bytearray(data)
+    corrupt[last_header + 3] ^= 0xFF  # the last member's name: its checksum no longer matches
+    path.write_bytes(bytes(corrupt))
+    with path.open("rb") as file:
+        assert walk_headers(file, len(corrupt)) is None
+
+
 ARRAYS = [
     np.arange(12, dtype=np.float32).reshape(3, 4),
     np.asfortranarray(np.arange(12.0).reshape(3, 4)),

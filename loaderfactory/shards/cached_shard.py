@@ -42,6 +42,17 @@ class CachedShard:
         except ShardError as err:
             raise self._named(err) from err
 
+    def sample_run(self, first: int, count: int) -> list[dict[str, Any]]:
+        """Samples ``first`` to ``first + count - 1``: at once when the format reads runs."""
+        try:
+            run = getattr(self.shard, "sample_run", None)
+            if run is not None:
+                samples: list[dict[str, Any]] = run(first, count)
+                return samples
+            return [self.shard.sample(index) for index in range(first, first + count)]
+        except ShardError as err:
+            raise self._named(err) from err
+
     def close(self) -> None:
         self.shard.close()
         self.held.close()

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch.utils.data import Dataset
 
+from loaderfactory.shards.batch_read import read_batch
 from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
@@ -235,6 +236,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             )
         sample["__url__"] = url
         return sample
+
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+        """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`)."""
+        return read_batch(self, indices)
 
     def _shard(self, number: int) -> Shard:
         with self._lock:

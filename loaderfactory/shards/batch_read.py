@@ -1,0 +1,81 @@
+"""A batch of ``ShardsDataset`` samples: each run of consecutive indices in one shard read at once.
+
+torch's map-style fetcher calls ``dataset.__getitems__(indices)`` for a batch when it exists (in the
+main process and in workers). The result is exactly ``[dataset[i] for i in indices]``: a run is
+located, its shard opened and predownload advanced once, and a tar run is one read spanning its
+samples. Anything that fails in a run is read again sample by sample, so the error raised is the
+one ``dataset[i]`` raises, naming the shard's URL and the sample.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loaderfactory.shards.dataset import ShardsDataset
+
+Run = tuple[int, int, int, int]
+"""(first position in the batch, position after the last, shard number, first sample in the shard);
+shard -1: an index out of range, left to ``dataset[i]`` to refuse."""
+
+
+def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
+    """The runs of consecutive sample indices within one shard, in the batch's order; ``ends`` are
+    the shards' cumulative sample counts."""
+    length = ends[-1] if ends else 0
+    runs: list[Run] = []
+    low = high = 0
+    shard, previous = -1, -2
+    for place, index in enumerate(indices):
+        position = index + length if index < 0 else index
+        if not 0 <= position < length:
+            runs.append((place, place + 1, -1, 0))
+            previous = -2
+            continue
+        if position == previous + 1 and position < high:
+            first, _, _, local = runs[-1]
+            runs[-1] = (first, place + 1, shard, local)
+        else:
+            if not low <= position < high:
+                shard = bisect.bisect_right(ends, position)
+                low, high = (ends[shard - 1] if shard else 0), ends[shard]
+            runs.append((place, place + 1, shard, position - low))
+        previous = position
+    return runs
+
+
+def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str, Any]]:
+    """``[dataset[i] for i in indices]``, each run of consecutive samples of a shard read at once."""
+    out: list[dict[str, Any]] = []
+    for first, stop, shard, local in batch_runs(dataset._ends, indices):
+        run = indices[first:stop]
+        if shard < 0 or stop - first == 1:
+            out.extend(dataset[index] for index in run)
+        else:
+            out.extend(_read_run(dataset, run, shard, local))
+    return out
+
+
+def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[dict[str, Any]]:
+    """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
+    url = dataset.shards[shard].url
+    try:
+        opened = dataset._shard(shard)
+        if dataset.predownload:  # after the open, as dataset[i] does: the shard in use is held
+            last = run[-1]
+            dataset._predownload(last if last >= 0 else last + len(dataset))
+        reader = getattr(opened, "sample_run", None)
+        if reader is not None:
+            samples: list[dict[str, Any]] = reader(local, len(run))
+        else:
+            samples = [opened.sample(local + offset) for offset in range(len(run))]
+    except Exception:  # noqa: BLE001 - read again one by one: dataset[i] raises, naming the sample
+        return [dataset[index] for index in run]
+    keys = dataset.keys
+    for sample in samples:
+        if keys and any(key not in sample for key in keys):
+            return [dataset[index] for index in run]  # raises the ShardError naming the missing field
+        sample["__url__"] = url
+    return samples
