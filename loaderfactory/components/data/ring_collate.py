@@ -55,6 +55,9 @@ class RingCollate(DictCollate):
             are drawn; a training step that synchronises makes sure of it.
     """
 
+    shares_worker_buffers = True
+    """In worker processes the ring is in shared memory, sent as handles: never copy its batches."""
+
     def __init__(self, ring_size: int = 4, keys: KeyFilter = None, pin_memory: bool = False) -> None:
         if isinstance(ring_size, bool) or not isinstance(ring_size, int) or ring_size < 2:
             raise ValueError(f"ring_size must be an int >= 2 (a batch outlives the next), got {ring_size!r}")

@@ -18,6 +18,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader
 
+from loaderfactory.components.workers.batch_transfer import small_batches_by_value
 from loaderfactory.components.workers.exits import (
     KILL_GRACE_S,
     ExitWatcher,
@@ -198,8 +199,10 @@ def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name
 
 
 def start_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
-    """:func:`begin_pass`, as a :class:`WatchedPass` where it runs worker processes."""
-    iterator = begin_pass(loader, begin, name)
+    """:func:`begin_pass`, as a :class:`WatchedPass` where it runs worker processes, whose small
+    batches come back by value (:mod:`~loaderfactory.components.workers.batch_transfer`)."""
+    with small_batches_by_value(loader):
+        iterator = begin_pass(loader, begin, name)
     return WatchedPass(iterator, name) if worker_processes(iterator) else iterator
 
 
