@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from loaderfactory.shards.errors import ShardError
-from loaderfactory.shards.npy import npy_array
+from loaderfactory.shards.npy import npy_tensor
 
 Decode = bool | Collection[str]
 """``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those."""
@@ -24,10 +24,10 @@ IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
 
 def _npy(data: bytes | memoryview) -> torch.Tensor:
-    array = npy_array(data)
-    if array is None:  # an object array, an unknown version: np.load decides (and refuses pickles)
-        array = np.load(io.BytesIO(data), allow_pickle=False)
-    return torch.from_numpy(array)
+    tensor = npy_tensor(data)
+    if tensor is None:  # an object array, an unknown version: np.load decides (and refuses pickles)
+        return torch.from_numpy(np.load(io.BytesIO(data), allow_pickle=False))
+    return tensor
 
 
 def _pt(data: bytes) -> Any:

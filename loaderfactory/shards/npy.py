@@ -11,10 +11,11 @@ import io
 import math
 
 import numpy as np
+import torch
 from numpy.lib import format as npy_format
 
 MAGIC = b"\x93NUMPY"
-_HEADERS: dict[bytes, tuple[np.dtype, tuple[int, ...], bool]] = {}
+_HEADERS: dict[bytes, _Parsed] = {}
 _MAX_HEADERS = 256
 
 
@@ -22,6 +23,40 @@ def npy_array(data: bytes | memoryview) -> np.ndarray | None:
     """The array in ``data`` (an ``.npy`` file); None when ``np.load`` must read it (an object
     dtype, a format version this does not know). Raises ValueError on a cut-off or malformed file."""
     view = memoryview(data)
+    parsed = _header(view)
+    if parsed is None:
+        return None
+    dtype, shape, fortran, start, _ = parsed
+    array = np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=start)
+    array = array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
+    if not (array.flags.writeable and array.flags.aligned):
+        array = array.copy(order="K")
+    return array
+
+
+def npy_tensor(data: bytes | memoryview) -> torch.Tensor | None:
+    """:func:`npy_array` as a tensor; a one-dimensional array in a writable buffer is viewed by
+    torch directly (``torch.frombuffer``: a third of numpy's and ``from_numpy``'s cost)."""
+    view = memoryview(data)
+    parsed = _header(view)
+    if parsed is None:
+        return None
+    dtype, shape, _, start, torch_dtype = parsed
+    if torch_dtype is not None and not view.readonly and len(shape) == 1 and shape[0]:
+        if start + shape[0] * dtype.itemsize > len(view):
+            raise ValueError(f"the .npy data is cut off: {len(view) - start} bytes for shape {shape}")
+        tensor = torch.frombuffer(view, dtype=torch_dtype, count=shape[0], offset=start)
+        return tensor if tensor.data_ptr() % dtype.itemsize == 0 else tensor.clone()
+    array = npy_array(view)
+    return None if array is None else torch.from_numpy(array)
+
+
+_Parsed = tuple[np.dtype, tuple[int, ...], bool, int, "torch.dtype | None"]
+"""(dtype, shape, Fortran order, offset of the data, the torch dtype where torch views it as is)."""
+
+
+def _header(view: memoryview) -> _Parsed | None:
+    """The parsed header of an ``.npy`` file, kept by its bytes; None for what np.load must read."""
     if bytes(view[:6]) != MAGIC or len(view) < 10:
         return None
     major = view[6]
@@ -32,17 +67,24 @@ def npy_array(data: bytes | memoryview) -> np.ndarray | None:
     header = bytes(view[:start])
     parsed = _HEADERS.get(header)
     if parsed is None:
-        parsed = _parse_header(header, (major, view[7]))
-        if parsed is None:
+        found = _parse_header(header, (major, view[7]))
+        if found is None:
             return None
+        dtype, shape, fortran = found
+        parsed = (dtype, shape, fortran, start, _torch_dtype(dtype))
         if len(_HEADERS) < _MAX_HEADERS:
             _HEADERS[header] = parsed
-    dtype, shape, fortran = parsed
-    array = np.frombuffer(view, dtype=dtype, count=math.prod(shape), offset=start)
-    array = array.reshape(shape[::-1]).transpose() if fortran else array.reshape(shape)
-    if not (array.flags.writeable and array.flags.aligned):
-        array = array.copy(order="K")
-    return array
+    return parsed
+
+
+def _torch_dtype(dtype: np.dtype) -> torch.dtype | None:
+    """The torch dtype of ``dtype`` when torch reads its bytes as they are (native byte order)."""
+    if not dtype.isnative:
+        return None
+    try:
+        return torch.from_numpy(np.empty(0, dtype)).dtype
+    except TypeError:
+        return None
 
 
 def _parse_header(header: bytes, version: tuple[int, int]) -> tuple[np.dtype, tuple[int, ...], bool] | None:

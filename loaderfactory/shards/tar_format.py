@@ -12,32 +12,18 @@ import posixpath
 import tarfile
 import weakref
 from collections.abc import Callable
-from dataclasses import dataclass
-from functools import cached_property
 from typing import Any, BinaryIO
 
 from loaderfactory.shards.decode import Decode, decode_error, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
-from loaderfactory.shards.tar_headers import walk_headers
+from loaderfactory.shards.tar_headers import walk_members
+from loaderfactory.shards.tar_table import TarTable
 
 RUN_BYTES = 1 << 16
 """The most bytes one read of consecutive samples spans: larger buffers come from fresh pages
 (malloc's mmap threshold) and cost more than separate reads of samples this large."""
-
-
-@dataclass(frozen=True)
-class TarSample:
-    """Where a sample's fields lie in its shard: field → (offset, size) of the member's data."""
-
-    key: str
-    fields: dict[str, tuple[int, int]]
-
-    @cached_property
-    def span(self) -> tuple[int, int]:
-        """The byte range that covers every field, read in one request."""
-        return min(o for o, _ in self.fields.values()), max(o + s for o, s in self.fields.values())
 
 
 def split_member_name(name: str) -> tuple[str, str]:
@@ -47,10 +33,10 @@ def split_member_name(name: str) -> tuple[str, str]:
     return posixpath.join(folder, stem) if folder else stem, field
 
 
-def scan_tar(storage: Storage, url: str) -> list[TarSample]:
+def scan_tar(storage: Storage, url: str) -> TarTable:
     """The samples of the tar at ``url`` from its headers; ShardError when it is truncated or not a tar."""
     size = storage.size(url)
-    samples: list[TarSample] = []
+    samples = TarTable()
     with open_shard(storage, url, size) as file:
         end = _scan_plain(file, samples, url, size)
         if end is None:  # pax or GNU headers, or something to report: tarfile reads it
@@ -60,30 +46,30 @@ def scan_tar(storage: Storage, url: str) -> list[TarSample]:
     return samples
 
 
-def _scan_plain(file: BinaryIO, samples: list[TarSample], url: str, size: int) -> int | None:
+def _scan_plain(file: BinaryIO, samples: TarTable, url: str, size: int) -> int | None:
     """Where the end-of-archive block is, the samples added; None when tarfile must read the shard."""
-    walked = walk_headers(file, size)
+    walked = walk_members(file, size)
     if walked is None:
         return None
-    members, end = walked
-    last: TarSample | None = None
-    for name, offset, member_size in members:
+    names, offsets, sizes, end = walked
+    keys, bounds, fields = samples.keys, samples.bounds, samples.fields
+    for name, offset, member_size in zip(names, offsets, sizes, strict=True):
         dot = name.find(".", name.rfind("/") + 1)
-        if offset + member_size > size or "//" in name or dot < 0:  # errors and odd names: the rules
-            _add_file(samples, name, offset, member_size, url, size)
-            last = samples[-1] if samples else None
+        if offset + member_size > size or "//" in name or dot < 0 or dot == len(name) - 1:
+            _add_file(samples, name, offset, member_size, url, size)  # errors and odd names: the rules
             continue
-        key, field = name[:dot], name[dot + 1 :]
-        if not field:
-            continue
-        if last is None or last.key != key:
-            last = TarSample(key, {})
-            samples.append(last)
-        last.fields[field] = (offset, member_size)
+        key = name[:dot]
+        if not keys or keys[-1] != key:
+            keys.append(key)
+            bounds.append(bounds[-1])
+        fields.append(name[dot + 1 :])
+        samples.offsets.append(offset)
+        samples.sizes.append(member_size)
+        bounds[-1] += 1
     return end
 
 
-def _scan_with_tarfile(file: BinaryIO, samples: list[TarSample], url: str, size: int) -> int:
+def _scan_with_tarfile(file: BinaryIO, samples: TarTable, url: str, size: int) -> int:
     file.seek(0)
     try:
         with tarfile.open(fileobj=file, mode="r:") as archive:
@@ -95,9 +81,7 @@ def _scan_with_tarfile(file: BinaryIO, samples: list[TarSample], url: str, size:
         raise ShardError(f"{url}: not a readable tar ({err}); is the shard truncated or corrupt?") from err
 
 
-def _add_file(
-    samples: list[TarSample], name: str, offset: int, member_size: int, url: str, size: int
-) -> None:
+def _add_file(samples: TarTable, name: str, offset: int, member_size: int, url: str, size: int) -> None:
     key, field = split_member_name(name)
     if offset + member_size > size:
         raise ShardError(
@@ -106,9 +90,7 @@ def _add_file(
         )
     if not field:
         return  # webdataset skips members without an extension too
-    if not samples or samples[-1].key != key:
-        samples.append(TarSample(key, {}))
-    samples[-1].fields[field] = (offset, member_size)
+    samples.add(key, field, offset, member_size)
 
 
 def _check_end_marker(storage: Storage, url: str, end: int, size: int) -> None:
@@ -158,41 +140,51 @@ class TarShard:
         """Samples ``first`` to ``first + count - 1``: each read spans as many of them as fit in
         ``RUN_BYTES`` (at least one sample)."""
         out: list[dict[str, Any]] = []
-        entries = self.samples[first : first + count]
-        begin = 0
-        while begin < len(entries):
-            stop, limit = begin + 1, entries[begin].span[0] + RUN_BYTES
-            while stop < len(entries) and entries[stop].span[1] <= limit:
+        table = self.samples
+        begin, stop_all = first, min(first + count, len(table))
+        while begin < stop_all:
+            stop, limit = begin + 1, table.start(begin) + RUN_BYTES
+            while stop < stop_all and table.end(stop) <= limit:
                 stop += 1
-            out.extend(self._read_samples(entries[begin:stop], first + begin))
+            out.extend(self._read_samples(begin, stop))
             begin = stop
         return out
 
-    def _read_samples(self, entries: list[TarSample], first: int) -> list[dict[str, Any]]:
-        """``entries`` (samples ``first`` on), decoded from one read spanning them."""
-        start, end = entries[0].span[0], entries[-1].span[1]  # samples lie in the shard in order
+    def _read_samples(self, first: int, stop: int) -> list[dict[str, Any]]:
+        """Samples ``first`` to ``stop - 1``, decoded from one read spanning them."""
+        table = self.samples
+        start, end = table.start(first), table.end(stop - 1)  # samples lie in the shard in order
         data = self._read(start, end)
+        if len(data) < end - start:
+            for index in range(first, stop):
+                if len(data) < table.end(index) - start:
+                    key = table.keys[index]
+                    raise ShardError(
+                        f"{self.url}: truncated tar: sample {key!r} (#{index}) ends past the shard"
+                    )
+        keys, bounds, fields, offsets, sizes = (
+            table.keys,
+            table.bounds,
+            table.fields,
+            table.offsets,
+            table.sizes,
+        )
+        decoders = self._decoders
         out = []
-        for index, entry in enumerate(entries, first):
-            if len(data) < end - start and len(data) < entry.span[1] - start:
-                raise ShardError(
-                    f"{self.url}: truncated tar: sample {entry.key!r} (#{index}) ends past the shard"
-                )
-            out.append(self._decoded(entry, index, data, start))
-        return out
-
-    def _decoded(self, entry: TarSample, index: int, data: memoryview, start: int) -> dict[str, Any]:
-        """``__key__`` and each field of ``entry``, decoded by extension from ``data`` (at ``start``)."""
-        out: dict[str, Any] = {"__key__": entry.key}
-        for field, (offset, size) in entry.fields.items():
-            decoder = self._decoders.get(field)
-            if decoder is None:
-                decoder = self._decoders[field] = field_decoder(field, self.decode)
-            try:
-                out[field] = decoder(data[offset - start : offset - start + size])
-            except Exception as err:
-                where = f"{self.url}: sample {entry.key!r} (#{index})"
-                raise decode_error(field, err, where) from err
+        for index in range(first, stop):
+            sample: dict[str, Any] = {"__key__": keys[index]}
+            for member in range(bounds[index], bounds[index + 1]):
+                field = fields[member]
+                decoder = decoders.get(field)
+                if decoder is None:
+                    decoder = decoders[field] = field_decoder(field, self.decode)
+                at = offsets[member] - start
+                try:
+                    sample[field] = decoder(data[at : at + sizes[member]])
+                except Exception as err:
+                    where = f"{self.url}: sample {keys[index]!r} (#{index})"
+                    raise decode_error(field, err, where) from err
+            out.append(sample)
         return out
 
     def close(self) -> None:

@@ -29,8 +29,143 @@ Member = tuple[str, int, int]
 
 def walk_headers(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
     """The regular files of the archive in ``file`` and the offset of its end-of-archive block;
-    None when the archive needs ``tarfile`` (see the module docstring). Reads ``CHUNK`` bytes at a
-    time after small members (a header alone after large ones) and checks checksums in batches."""
+    None when the archive needs ``tarfile`` (see the module docstring)."""
+    walked = walk_members(file, size)
+    if walked is None:
+        return None
+    names, offsets, sizes, end = walked
+    return list(zip(names, offsets, sizes, strict=True)), end
+
+
+Walked = tuple[list[str], list[int], list[int], int]
+"""The regular files' names, data offsets and sizes, and where the end-of-archive block is."""
+
+
+def walk_members(file: BinaryIO, size: int) -> Walked | None:
+    """:func:`walk_headers` as flat lists: quickly where every header is written the usual way."""
+    walked = walk_canonical(file, size)
+    if walked is not None:
+        return walked
+    each = _walk_each(file, size)
+    if each is None:
+        return None
+    members, end = each
+    return [m[0] for m in members], [m[1] for m in members], [m[2] for m in members], end
+
+
+def walk_canonical(file: BinaryIO, size: int) -> Walked | None:
+    """:func:`walk_members` for archives whose headers are all written the usual way (tarfile's,
+    GNU tar's and ``pack``'s plain members: 11 octal size digits, a ``%06o NUL space`` checksum,
+    no name prefix); None for anything else. The loop reads only each header's size, to find the
+    next; names, types and checksums of all headers are then checked at once, with numpy."""
+    offsets: list[int] = []
+    sizes: list[int] = []
+    blocks: list[np.ndarray] = []
+    rows: list[int] = []
+    offset = chunk_start = 0
+    chunk, read_size = b"", CHUNK
+    while offset + BLOCK <= size:
+        at = offset - chunk_start
+        if at + BLOCK > len(chunk):
+            if rows:
+                blocks.append(_rows(chunk, rows))
+                rows = []
+            file.seek(offset)
+            chunk, chunk_start, at = file.read(min(read_size, size - offset)), offset, 0
+            if len(chunk) < BLOCK:
+                return None
+        if not chunk[at]:  # an empty name: the end-of-archive block, or something for tarfile
+            if chunk[at : at + BLOCK] != ZERO_BLOCK or not offsets:
+                return None
+            if rows:
+                blocks.append(_rows(chunk, rows))
+            return _files(np.concatenate(blocks), offsets, sizes, offset)
+        try:
+            member_size = int(chunk[at + 124 : at + 135], 8)
+        except ValueError:
+            return None
+        offsets.append(offset)
+        sizes.append(member_size)
+        rows.append(at // BLOCK)
+        offset += BLOCK + -(-member_size // BLOCK) * BLOCK
+        read_size = CHUNK if member_size <= CHUNK // 8 else BLOCK  # large members: a header alone
+    return None
+
+
+def _files(headers: np.ndarray, offsets: list[int], sizes: list[int], end: int) -> Walked | None:
+    """The regular files among the headers walked (at ``offsets``); None as :func:`_names` says."""
+    names = _names(headers, sizes)
+    if names is None:
+        return None
+    files = [index for index, name in enumerate(names) if name is not None]
+    if len(files) == len(names):
+        return names, [offset + BLOCK for offset in offsets], sizes, end  # type: ignore[return-value]  # no None
+    return (
+        [names[index] for index in files],  # type: ignore[misc]  # files only
+        [offsets[index] + BLOCK for index in files],
+        [sizes[index] for index in files],
+        end,
+    )
+
+
+def _rows(chunk: bytes, rows: list[int]) -> np.ndarray:
+    """Header blocks ``rows`` of ``chunk`` (which starts at a block boundary), copied out."""
+    whole = len(chunk) // BLOCK * BLOCK
+    blocks: np.ndarray = np.frombuffer(chunk, np.uint8, count=whole).reshape(-1, BLOCK)[rows]
+    return blocks
+
+
+OCTAL_WEIGHTS = np.array([8**k for k in range(5, -1, -1)], np.int64)
+"""The weights of a 6-digit octal field (a checksum), most significant digit first."""
+
+
+def _octal_digits(field: np.ndarray) -> bool:
+    return bool(((field >= ord("0")) & (field <= ord("7"))).all())
+
+
+def _names(headers: np.ndarray, sizes: list[int]) -> list[str | None] | None:
+    """Each header's name, None for a directory; None for all when one header is not written the
+    usual way (see :func:`walk_canonical`) or its checksum does not match."""
+    checksum = headers[:, 148:154]
+    if not (
+        _octal_digits(headers[:, 124:135])  # int() also took signs, spaces and underscores
+        and np.isin(headers[:, 135], (0, 32)).all()
+        and _octal_digits(checksum)
+        and not headers[:, 154].any()
+        and (headers[:, 155] == 32).all()
+        and not headers[:, 345].any()  # a name prefix: the walk below reads it
+    ):
+        return None
+    stored = (checksum.astype(np.int64) - ord("0")) @ OCTAL_WEIGHTS
+    summed = headers.sum(axis=1, dtype=np.int64) - headers[:, 148:156].sum(axis=1, dtype=np.int64)
+    if not np.array_equal(stored, summed + 8 * 32):
+        return None
+    names = headers[:, :100]
+    name_end = (names == 0).argmax(axis=1)  # the first NUL (0 for a full-width name: checked below)
+    past_end = np.arange(100) >= np.where(names[:, -1] == 0, name_end, 100)[:, None]
+    if (past_end & (names != 0)).any():
+        return None  # bytes after the end of a name
+    kinds = headers[:, 156]
+    regular = np.isin(kinds, (ord("0"), 0, ord("7")))  # FILE_TYPES
+    directory = (kinds == ord("5")) & (np.asarray(sizes) == 0)
+    if not (regular | directory).all():
+        return None  # links, devices, pax or GNU headers: tarfile's rules
+    decoded: list[str | None] = [
+        raw.decode("utf-8", "surrogateescape") for raw in names.view("S100")[:, 0].tolist()
+    ]
+    if directory.any():
+        for index in np.flatnonzero(directory).tolist():
+            decoded[index] = None
+    if any(name.endswith("/") for name in decoded if name is not None):
+        return None  # a directory written as a file: tarfile's rules
+    return decoded
+
+
+def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
+    """:func:`walk_headers` one header at a time, for archives not written the usual way. Reads
+    ``CHUNK`` bytes at a time after small members (a header alone after large ones) and checks
+    checksums in batches."""
+
     members: list[Member] = []
     headers: list[bytes] = []
     checksums: list[int] = []
