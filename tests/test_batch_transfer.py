@@ -44,6 +44,19 @@ class Mixed(Dataset[dict[str, Any]]):
         }
 
 
+class Sized(Dataset[torch.Tensor]):
+    """8 items of ``size`` bytes, each filled with its index."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+
+    def __len__(self) -> int:
+        return 8
+
+    def __getitem__(self, index: int) -> torch.Tensor:
+        return torch.full((self.size,), index, dtype=torch.uint8)
+
+
 def _same(left: Any, right: Any) -> None:
     assert type(left) is type(right)
     if isinstance(left, torch.Tensor):
@@ -135,15 +148,7 @@ def test_worker_batches_equal_the_in_process_ones_and_every_id_comes_once() -> N
 def test_a_large_batch_still_comes_in_shared_memory_and_a_small_one_does_not() -> None:
     sizes = [BY_VALUE_BYTES // 4 + 1, 16]  # 4 items a batch: just over the limit, and far under it
     for size in sizes:
-
-        class Sized(Dataset[torch.Tensor]):
-            def __len__(self) -> int:
-                return 8
-
-            def __getitem__(self, index: int) -> torch.Tensor:
-                return torch.full((size,), index, dtype=torch.uint8)
-
-        loader = ResumableDataLoader(Sized(), batch_size=4, num_workers=1)
+        loader = ResumableDataLoader(Sized(size), batch_size=4, num_workers=1)
         batches = list(loader)
         assert [b[:, 0].tolist() for b in batches] == [[0, 1, 2, 3], [4, 5, 6, 7]]
         assert all(b.is_shared() for b in batches) == (size == sizes[0])

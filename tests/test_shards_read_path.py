@@ -16,7 +16,7 @@ from loaderfactory.shards import Storage
 from loaderfactory.shards.decode import decode_field
 from loaderfactory.shards.npy import npy_array
 from loaderfactory.shards.tar_format import TarShard, scan_tar
-from loaderfactory.shards.tar_headers import walk_headers
+from loaderfactory.shards.tar_headers import walk_canonical, walk_dense, walk_headers
 
 
 def _tar(members: list[tuple[str, bytes | None]], tar_format: int) -> bytes:
@@ -151,3 +151,52 @@ def test_samples_read_from_a_kept_file_are_independent(tmp_path: Path) -> None:
     assert closer is not None and closer.alive
     del shard
     assert not closer.alive
+
+
+def test_a_member_holding_a_tar_does_not_mislead_the_dense_walk(tmp_path: Path) -> None:
+    """A small member whose data is itself a tar has the ``ustar`` magic where a header would: the
+    walk that takes every such block for a header sees its chain break and walks header by header."""
+    inner = _tar([("x.cls", b"7")], tarfile.USTAR_FORMAT)
+    members: list[tuple[str, bytes | None]] = [
+        (f"{i:03d}.{f}", inner) for i in range(40) for f in ("a.tar", "cls")
+    ]
+    data = _tar(members, tarfile.USTAR_FORMAT)
+    path = tmp_path / "nested.tar"
+    path.write_bytes(data)
+    with path.open("rb") as file:
+        assert walk_dense(file, len(data)) is None
+        walked = walk_headers(file, len(data))
+    assert walked is not None and walked[0] == _tarfile_listing(path)
+    table = scan_tar(Storage(), str(path))
+    assert len(table) == 40 and table[3].key == "003" and set(table[3].fields) == {"a.tar", "cls"}
+
+
+def test_the_dense_walk_agrees_with_the_walk_header_by_header(tmp_path: Path) -> None:
+    """Many small members, directories among them: the same files, offsets, sizes and end."""
+    members: list[tuple[str, bytes | None]] = [("d", None)]
+    members += [(f"d/{i:05d}.{f}", bytes([i % 251]) * (i % 900)) for i in range(600) for f in ("bin", "cls")]
+    data = _tar(members, tarfile.USTAR_FORMAT)
+    path = tmp_path / "dense.tar"
+    path.write_bytes(data)
+    with path.open("rb") as file:
+        dense = walk_dense(file, len(data))
+        canonical = walk_canonical(file, len(data))
+    assert dense is not None and dense == canonical
+    assert list(zip(*dense[:3], strict=True)) == _tarfile_listing(path)
+
+
+@pytest.mark.parametrize("item_bytes", [64, 40_000], ids=["dense", "large"])
+def test_local_reads_count_every_sample_byte(tmp_path: Path, item_bytes: int) -> None:
+    """``bytes_read_local`` holds every sample read, whichever walk found the headers (the dense one
+    maps the whole shard; the walk over large members reads headers alone)."""
+    from shards_data import sample_bytes, tar_bytes
+
+    from loaderfactory.shards import ShardsDataset
+
+    path = tmp_path / "s.tar"
+    path.write_bytes(tar_bytes([{"__key__": b"%03d" % i, "bin": bytes([i]) * item_bytes} for i in range(30)]))
+    dataset = ShardsDataset([str(path)], index=None)
+    before = dataset.stats()["bytes_read_local"]
+    assert [dataset[i]["bin"][0] for i in range(30)] == list(range(30))
+    assert dataset.stats()["bytes_read_local"] - before >= sample_bytes([str(path)])
+    dataset.close()

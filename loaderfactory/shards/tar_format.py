@@ -18,7 +18,7 @@ from loaderfactory.shards.decode import Decode, decode_error, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
-from loaderfactory.shards.tar_headers import walk_members
+from loaderfactory.shards.tar_headers import Walked, walk_dense, walk_members
 from loaderfactory.shards.tar_table import TarTable
 
 RUN_BYTES = 1 << 16
@@ -38,7 +38,12 @@ def scan_tar(storage: Storage, url: str) -> TarTable:
     size = storage.size(url)
     samples = TarTable()
     with open_shard(storage, url, size) as file:
-        end = _scan_plain(file, samples, url, size)
+        walked = walk_dense(file, size)
+        if walked is not None:
+            storage.stats.add("bytes_local", size)  # it looked at every page
+        else:
+            walked = walk_members(file, size)
+        end = None if walked is None else _add_walked(walked, samples, url, size)
         if end is None:  # pax or GNU headers, or something to report: tarfile reads it
             samples.clear()
             end = _scan_with_tarfile(file, samples, url, size)
@@ -46,11 +51,8 @@ def scan_tar(storage: Storage, url: str) -> TarTable:
     return samples
 
 
-def _scan_plain(file: BinaryIO, samples: TarTable, url: str, size: int) -> int | None:
-    """Where the end-of-archive block is, the samples added; None when tarfile must read the shard."""
-    walked = walk_members(file, size)
-    if walked is None:
-        return None
+def _add_walked(walked: Walked, samples: TarTable, url: str, size: int) -> int:
+    """The members walked added to ``samples``; where the end-of-archive block is."""
     names, offsets, sizes, end = walked
     keys, bounds, fields = samples.keys, samples.bounds, samples.fields
     for name, offset, member_size in zip(names, offsets, sizes, strict=True):
@@ -127,6 +129,7 @@ class TarShard:
             self._closer = weakref.finalize(self, os.close, self._fd)
         buffer = bytearray(end - start)
         got = os.preadv(self._fd, [buffer], start)
+        self.storage.stats.add("bytes_local", got)
         return memoryview(buffer)[:got]
 
     def __len__(self) -> int:
