@@ -200,3 +200,17 @@ def test_local_reads_count_every_sample_byte(tmp_path: Path, item_bytes: int) ->
     assert [dataset[i]["bin"][0] for i in range(30)] == list(range(30))
     assert dataset.stats()["bytes_read_local"] - before >= sample_bytes([str(path)])
     dataset.close()
+
+
+def test_a_name_cut_by_a_nul_is_read_as_tarfile_reads_it(tmp_path: Path) -> None:
+    """Bytes after a NUL in the name field (even to its last byte) are not part of the name."""
+    data = bytearray(_tar([("a.cls", b"1"), ("b.cls", b"2")], tarfile.USTAR_FORMAT))
+    data[5:100] = b"\0" + b"x" * 94  # the first name: "a.cls", a NUL, then junk to the field's end
+    data[148:156] = b" " * 8
+    data[148:156] = b"%06o\0 " % sum(data[:512])
+    path = tmp_path / "cut.tar"
+    path.write_bytes(bytes(data))
+    with path.open("rb") as file:
+        walked = walk_headers(file, len(data))
+    assert walked is not None and walked[0] == _tarfile_listing(path)
+    assert [s.key for s in scan_tar(Storage(), str(path))] == ["a", "b"]

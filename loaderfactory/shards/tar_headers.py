@@ -198,8 +198,9 @@ def _names(headers: np.ndarray, sizes: list[int]) -> list[str | None] | None:
     if not np.array_equal(stored, summed + 8 * 32):
         return None
     names = headers[:, :100]
-    name_end = (names == 0).argmax(axis=1)  # the first NUL (0 for a full-width name: checked below)
-    past_end = np.arange(100) >= np.where(names[:, -1] == 0, name_end, 100)[:, None]
+    nul = names == 0
+    name_end = np.where(nul.any(axis=1), nul.argmax(axis=1), 100)  # the first NUL, else full width
+    past_end = np.arange(100) >= name_end[:, None]
     if (past_end & (names != 0)).any():
         return None  # bytes after the end of a name
     kinds = headers[:, 156]
