@@ -46,14 +46,23 @@ def _image(data: bytes) -> Any:
     return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
 
 
+def _int(data: bytes | memoryview) -> int:
+    """``.cls``/``.idx``: ASCII digits, surrounding whitespace allowed."""
+    raw = bytes(data)
+    try:
+        return int(raw)
+    except ValueError:  # the error the text's own rules give (a non-ASCII byte, say)
+        return int(raw.decode("ascii").strip())
+
+
 DECODERS: dict[str, Callable[[Any], Any]] = {
     "npy": _npy,
     "pt": _pt,
     "pth": _pt,
     "json": json.loads,
     "txt": lambda data: data.decode("utf-8"),
-    "cls": lambda data: int(data.decode("ascii").strip()),
-    "idx": lambda data: int(data.decode("ascii").strip()),
+    "cls": _int,
+    "idx": _int,
     **dict.fromkeys(IMAGE_EXTENSIONS, _image),
 }
 
@@ -76,7 +85,7 @@ def field_decoder(field: str, decode: Decode = True) -> Callable[[bytes | memory
     decoder = DECODERS.get(ext)
     if not wanted or decoder is None:
         return bytes
-    return decoder if decoder is _npy else _as_bytes(decoder)
+    return decoder if decoder in (_npy, _int) else _as_bytes(decoder)
 
 
 def decode_field(field: str, data: bytes | memoryview, decode: Decode = True) -> Any:

@@ -17,6 +17,8 @@ from numpy.lib import format as npy_format
 MAGIC = b"\x93NUMPY"
 _HEADERS: dict[bytes, _Parsed] = {}
 _MAX_HEADERS = 256
+_last: tuple[bytes, _Parsed | None] = (MAGIC + b"\xff", None)
+"""The header parsed last, and what it says (a header no file has, at first)."""
 
 
 def npy_array(data: bytes | memoryview) -> np.ndarray | None:
@@ -56,7 +58,19 @@ _Parsed = tuple[np.dtype, tuple[int, ...], bool, int, "torch.dtype | None"]
 
 
 def _header(view: memoryview) -> _Parsed | None:
-    """The parsed header of an ``.npy`` file, kept by its bytes; None for what np.load must read."""
+    """The parsed header of an ``.npy`` file, kept by its bytes; None for what np.load must read.
+    The header seen last is tried first: one comparison where a field's arrays share a header."""
+    global _last  # replaced in one assignment: safe across threads
+    last_header, last_parsed = _last
+    if view[: len(last_header)] == last_header:
+        return last_parsed
+    parsed = _header_of(view)
+    if parsed is not None:
+        _last = (bytes(view[: parsed[3]]), parsed)
+    return parsed
+
+
+def _header_of(view: memoryview) -> _Parsed | None:
     if bytes(view[:6]) != MAGIC or len(view) < 10:
         return None
     major = view[6]
