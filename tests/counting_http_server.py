@@ -11,6 +11,9 @@ from collections.abc import Iterator
 from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
+SHUTDOWN_POLL_S = 0.05
+"""How often a serving loop looks whether it is asked to stop: the test's teardown waits that long."""
+
 
 class CountingRangeHandler(SimpleHTTPRequestHandler):
     """Static files, ``Range: bytes=a-b`` answered as 206 Partial Content as object stores do; the body
@@ -47,7 +50,9 @@ def serving(folder: Path) -> Iterator[tuple[str, Counter[str]]]:
     served: Counter[str] = Counter()
     handler = type("Handler", (CountingRangeHandler,), {"served": served, "served_lock": threading.Lock()})
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, name="http-shards")
+    # A short poll: shutdown() waits for the loop's next look at its flag (0.5 s by default).
+    serve = functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S)
+    thread = threading.Thread(target=serve, name="http-shards")
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}", served

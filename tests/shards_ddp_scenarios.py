@@ -1,11 +1,12 @@
 """One rank of the shards kind's real multi-process checks; ``tests/test_shards_ddp.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=N tests/shards_ddp_scenarios.py SCENARIOS OUT DATA \
-        [--steps K] [--workers 0,2] [--saved-workers 0,2]
+    torchrun --standalone --nproc_per_node=N tests/shards_ddp_scenarios.py OUT \
+        SCENARIOS DATA [--steps K] [--workers 0,2] [--saved-workers 0,2] [:: SCENARIOS DATA ...]
 
 SCENARIOS is one name or several, comma-separated: they run one after the other in one process group
-(starting one costs seconds). DATA is a folder of tar shards whose ``cls`` field is each sample's
-id. Scenarios, each for the ``torch`` and the ``sharded`` kind (``shuffle_window: 2``, ``balance:
+(starting one costs seconds); ``::`` starts another group of scenarios, with its own DATA and
+options, in the same process group. DATA is a folder of tar shards whose ``cls`` field is each
+sample's id. Scenarios, each for the ``torch`` and the ``sharded`` kind (``shuffle_window: 2``, ``balance:
 uneven`` unless said otherwise):
 
 * ``parts``: counts, per rank, how often it listed the shards or read/built the index while
@@ -24,6 +25,7 @@ import argparse
 import functools
 import itertools
 import json
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -122,21 +124,37 @@ def _counts(text: str) -> list[int]:
     return [int(count) for count in text.split(",")]
 
 
-def main() -> None:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser()
     parser.add_argument("scenarios", type=lambda names: names.split(","))
-    parser.add_argument("out", type=Path)
     parser.add_argument("data")
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--workers", type=_counts, default=[0])
     parser.add_argument("--saved-workers", type=_counts, default=None)
-    args = parser.parse_args()
+    return parser
+
+
+def _groups(argv: list[str]) -> list[argparse.Namespace]:
+    """``OUT GROUP [:: GROUP ...]``: each group's scenarios, data and options, all writing to OUT."""
+    out, groups, current = Path(argv[0]), [], []
+    for arg in [*argv[1:], "::"]:
+        if arg != "::":
+            current.append(arg)
+            continue
+        groups.append(_parser().parse_args(current, argparse.Namespace(out=out)))
+        current = []
+    return groups
+
+
+def main() -> None:
+    groups = _groups(sys.argv[1:])
     dist.init_process_group("gloo")
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    for scenario in args.scenarios:
-        record = {kind: SCENARIOS[scenario](kind, args) for kind in KINDS}
-        (args.out / f"{scenario}-w{world_size}-rank{rank}.json").write_text(json.dumps(record))
-        dist.barrier()
+    for args in groups:
+        for scenario in args.scenarios:
+            record = {kind: SCENARIOS[scenario](kind, args) for kind in KINDS}
+            (args.out / f"{scenario}-w{world_size}-rank{rank}.json").write_text(json.dumps(record))
+            dist.barrier()
     dist.destroy_process_group()
 
 

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from cli_forks import run_command
 from torch.utils.data import default_collate
 
 import loaderfactory
@@ -68,11 +69,10 @@ def test_plan_of_a_rank_and_a_queue() -> None:
     assert plan.batches_per_epoch == 5
 
 
+@pytest.mark.usefixtures("cli_forks")  # the command forks from the session's server (cli_forks.py)
 def test_plan_mode_on_the_command_line_writes_nothing(tmp_path: Path) -> None:
-    root = Path(__file__).resolve().parent.parent
-    env = {**os.environ, "PYTHONPATH": str(root)}
-    command = [sys.executable, "-m", "loaderfactory", "run.mode=plan", "loader=torch_workers"]
-    result = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
+    """``run.mode=plan`` prints the plan and writes no file (no run folder) where it runs."""
+    result = run_command(tmp_path, "run.mode=plan", "loader=torch_workers")
     assert result.returncode == 0, result.stderr
     assert "loader    ResumableDataLoader: 2 process worker(s)" in result.stdout
     assert "data held at most:" in result.stdout

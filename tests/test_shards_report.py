@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from cli_forks import run_command
-from counting_http_server import CountingRangeHandler
+from counting_http_server import SHUTDOWN_POLL_S, CountingRangeHandler
 from s3_server import S3Server
 from shards_data import id_samples, sample_bytes, tar_bytes, write_indexed_tar_shards, write_tar_shards
 
@@ -103,7 +103,8 @@ def flaky_http(tmp_path: Path) -> Iterator[tuple[Path, str, set[str]]]:
     }
     handler = type("Handler", (FirstGetFails,), shared)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    thread = threading.Thread(target=server.serve_forever, name="flaky-http")
+    serve = functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S)  # a quick shutdown()
+    thread = threading.Thread(target=serve, name="flaky-http")
     thread.start()
     try:
         yield folder, f"http://127.0.0.1:{server.server_address[1]}", failed

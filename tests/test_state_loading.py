@@ -19,7 +19,15 @@ from loaderfactory.components.thread.buffer import ThreadBuffer
 from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.errors import ResumeError
 
-DROP = object()
+
+class _Drop:
+    """The ``DROP`` marker; its repr names it, so test ids are the same in every process (xdist)."""
+
+    def __repr__(self) -> str:
+        return "DROP"
+
+
+DROP = _Drop()
 """In a table of changes: remove the key."""
 
 
