@@ -111,3 +111,46 @@ def test_a_run_longer_than_one_read_is_read_in_pieces(
     _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
     monkeypatch.setattr(tar_format, "RUN_BYTES", 1)  # every sample alone
     _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+
+
+def test_a_shard_that_cannot_be_opened_is_tried_once_per_batch(
+    tmp_path: Path, fsspec_io_thread: None
+) -> None:
+    """A server answering 503 for one shard: the batch raises what ``dataset[i]`` raises for the
+    run's first sample after one round of retries, not one more round to find that error."""
+    import functools
+    import threading
+    from collections import Counter
+    from http.server import ThreadingHTTPServer
+
+    from counting_http_server import SHUTDOWN_POLL_S, CountingRangeHandler
+
+    from loaderfactory.shards import StorageError
+
+    class Unavailable(CountingRangeHandler):
+        down: set[str] = set()
+
+        def do_GET(self) -> None:
+            if self.path in self.down:
+                self.send_error(503, "try again")
+                return
+            super().do_GET()
+
+    names = [Path(p).name for p in write_tar_shards(tmp_path, COUNTS)]
+    shared = {"served": Counter(), "served_lock": threading.Lock(), "down": set()}
+    handler = type("Handler", (Unavailable,), shared)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(tmp_path)))
+    thread = threading.Thread(target=functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S))
+    thread.start()
+    try:
+        base = f"http://127.0.0.1:{server.server_address[1]}"
+        dataset = ShardsDataset([f"{base}/{name}" for name in names], retries=2)
+        shared["down"].add(f"/{names[1]}")  # type: ignore[attr-defined]  # the shard of samples 5 to 7
+        with pytest.raises(StorageError, match=r"sample #0 of the shard \(#5 overall\)"):
+            dataset.__getitems__([5, 6, 7])
+        assert dataset.stats()["retries"] == 2
+        dataset.close()
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()

@@ -3,8 +3,10 @@
 torch's map-style fetcher calls ``dataset.__getitems__(indices)`` for a batch when it exists (in the
 main process and in workers). The result is exactly ``[dataset[i] for i in indices]``: a run is
 located, its shard opened and predownload advanced once, and a tar run is one read spanning its
-samples. Anything that fails in a run is read again sample by sample, so the error raised is the
-one ``dataset[i]`` raises, naming the shard's URL and the sample.
+samples. A shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
+(without opening it again, and so without its retries again); anything else that fails in a run is
+read again sample by sample, so the error raised is the one ``dataset[i]`` raises, naming the
+shard's URL and the sample.
 """
 
 from __future__ import annotations
@@ -12,6 +14,8 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
+
+from loaderfactory.shards.errors import READ_ERRORS, in_sample
 
 if TYPE_CHECKING:
     from loaderfactory.shards.dataset import ShardsDataset
@@ -66,6 +70,10 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         if dataset.predownload:  # after the open, as dataset[i] does: the shard in use is held
             last = run[-1]
             dataset._predownload(last if last >= 0 else last + len(dataset))
+    except READ_ERRORS as err:  # dataset[i] would meet the same error, after the same retries again
+        first = run[0] if run[0] >= 0 else run[0] + len(dataset)
+        raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err
+    try:
         reader = getattr(opened, "sample_run", None)
         if reader is not None:
             samples: list[dict[str, Any]] = reader(local, len(run))
