@@ -514,7 +514,8 @@ def test_every_fault_in_every_component_ends_in_bounded_time(
 
 
 EXIT_CHILD = """
-import sys, threading, torch
+import faulthandler, sys, threading, torch
+faulthandler.dump_traceback_later({dump_after}, exit=True)  # a hang at exit shows where it hangs
 sys.path.insert(0, {tests!r})
 from test_fault_injection import COMPONENTS, Faulty
 
@@ -530,6 +531,9 @@ for _ in range(3):
 EXIT_RUNS = 20
 """Before the fix about one run in three aborted, more with ThreadBuffer and StreamWrapper: 20 runs
 (two per component) miss that with odds (2/3)**20, about 1 in 3000; each run imports torch afresh."""
+EXIT_DUMP_S = 200
+"""A run still going after this many seconds prints every thread's stack and exits (a run takes about
+7 s on a busy 2-core machine, and once took over 120 s while another test suite and a benchmark ran)."""
 
 
 @pytest.mark.slow
@@ -540,16 +544,20 @@ def test_interpreter_exit_with_live_iterators_never_aborts() -> None:
     names = [COMPONENTS[run % len(COMPONENTS)].name for run in range(EXIT_RUNS)]
 
     def run(name: str) -> tuple[str, int, str]:
-        code = EXIT_CHILD.format(tests=tests, name=name)
+        code = EXIT_CHILD.format(tests=tests, name=name, dump_after=EXIT_DUMP_S)
         done = subprocess.run(
-            [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+            [sys.executable, "-c", code],
+            capture_output=True,
+            text=True,
+            timeout=EXIT_DUMP_S + 60,
+            check=False,
         )
         return name, done.returncode, done.stderr
 
     with ThreadPoolExecutor(max_workers=4) as pool:  # a run is mostly importing torch: 4 share 2 cores
         results = list(pool.map(run, names))
     failed = [
-        (name, code, err[-300:]) for name, code, err in results if code != 0 or "terminate called" in err
+        (name, code, err[-3000:]) for name, code, err in results if code != 0 or "terminate called" in err
     ]
     assert not failed, failed
 
