@@ -15,8 +15,10 @@ from shards_data import npy_bytes
 from loaderfactory.shards import Storage
 from loaderfactory.shards.decode import decode_field
 from loaderfactory.shards.npy import npy_array
-from loaderfactory.shards.tar_format import TarShard, scan_tar
-from loaderfactory.shards.tar_headers import walk_canonical, walk_dense, walk_headers
+from loaderfactory.shards.tar_format import TarShard, _scan_by_the_rules, scan_tar, split_member_name
+from loaderfactory.shards.tar_headers import header_blocks, walk_canonical, walk_dense, walk_headers
+from loaderfactory.shards.tar_samples import group_members
+from loaderfactory.shards.tar_table import TarTable
 
 
 def _tar(members: list[tuple[str, bytes | None]], tar_format: int) -> bytes:
@@ -214,3 +216,45 @@ def test_a_name_cut_by_a_nul_is_read_as_tarfile_reads_it(tmp_path: Path) -> None
         walked = walk_headers(file, len(data))
     assert walked is not None and walked[0] == _tarfile_listing(path)
     assert [s.key for s in scan_tar(Storage(), str(path))] == ["a", "b"]
+
+
+def _rows(table: TarTable) -> list[tuple[str, list[tuple[str, int, int]]]]:
+    return [
+        (key, [(table.fields[m], table.offsets[m], table.sizes[m]) for m in range(first, stop)])
+        for key, first, stop in zip(table.keys, table.bounds[:-1], table.bounds[1:], strict=True)
+    ]
+
+
+NAME_SETS: dict[str, tuple[list[str], bool]] = {
+    "same fields": ([f"{i:05d}.{f}" for i in range(600) for f in ("data.npy", "label.cls")], True),
+    "keys of many lengths": ([f"{i}.{f}" for i in range(1200) for f in ("jpg", "seg.png", "cls")], True),
+    "fields that vary": ([f"{i:03d}.{f}" for i in range(300) for f in ("a", "b.c", "a")[: 1 + i % 3]], True),
+    "folders": (
+        ["train/s0/000.cls", "train/s0/000.txt", "a.b/c.txt", "./k.txt", "/abs/x.y.z", ".hidden", "d/.e"],
+        True,
+    ),
+    "no field": (["a.cls", "noext", "b.cls"], False),
+    "an empty field": (["a.cls", "a.", "b.cls"], False),
+    "a double slash": (["a.cls", "x//b.cls"], False),
+}
+
+
+@pytest.mark.parametrize("name_set", NAME_SETS, ids=list(NAME_SETS))
+def test_members_grouped_at_once_are_the_samples_the_rules_give(tmp_path: Path, name_set: str) -> None:
+    """Keys, fields, offsets and sizes as the member-by-member rules give them, for names that the
+    numpy grouping takes (and is then used for) and names it leaves to the rules."""
+    names, grouped_at_once = NAME_SETS[name_set]
+    data = _tar([(name, bytes([i % 251]) * (i % 600)) for i, name in enumerate(names)], tarfile.USTAR_FORMAT)
+    path = tmp_path / "s.tar"
+    path.write_bytes(data)
+    with path.open("rb") as file:
+        blocks = header_blocks(file, len(data))
+        assert blocks is not None
+        by_the_rules, _ = _scan_by_the_rules(file, str(path), len(data))
+    at_once = group_members(blocks, len(data))
+    assert (at_once is not None) == grouped_at_once
+    assert _rows(scan_tar(Storage(), str(path))) == _rows(by_the_rules)
+    if at_once is not None:
+        assert _rows(at_once) == _rows(by_the_rules)
+    with_fields = [name for name in names if split_member_name(name)[1]]  # webdataset skips the others
+    assert sum(len(members) for _, members in _rows(by_the_rules)) == len(with_fields)

@@ -18,7 +18,8 @@ from loaderfactory.shards.decode import Decode, decode_error, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
-from loaderfactory.shards.tar_headers import Walked, walk_dense, walk_members
+from loaderfactory.shards.tar_headers import Walked, header_blocks, walk_members
+from loaderfactory.shards.tar_samples import group_members
 from loaderfactory.shards.tar_table import TarTable
 
 RUN_BYTES = 1 << 16
@@ -36,19 +37,27 @@ def split_member_name(name: str) -> tuple[str, str]:
 def scan_tar(storage: Storage, url: str) -> TarTable:
     """The samples of the tar at ``url`` from its headers; ShardError when it is truncated or not a tar."""
     size = storage.size(url)
-    samples = TarTable()
     with open_shard(storage, url, size) as file:
-        walked = walk_dense(file, size)
-        if walked is not None:
+        blocks = header_blocks(file, size)
+        if blocks is not None and blocks.dense:
             storage.stats.add("bytes_local", size)  # it looked at every page
-        else:
-            walked = walk_members(file, size)
-        end = None if walked is None else _add_walked(walked, samples, url, size)
-        if end is None:  # pax or GNU headers, or something to report: tarfile reads it
-            samples.clear()
-            end = _scan_with_tarfile(file, samples, url, size)
+        grouped = None if blocks is None else group_members(blocks, size)
+        if grouped is not None and blocks is not None:
+            samples, end = grouped, blocks.end
+        else:  # names, members or headers that the rules below handle one by one
+            samples, end = _scan_by_the_rules(file, url, size)
     _check_end_marker(storage, url, end, size)
     return samples
+
+
+def _scan_by_the_rules(file: BinaryIO, url: str, size: int) -> tuple[TarTable, int]:
+    samples = TarTable()
+    walked = walk_members(file, size)
+    end = None if walked is None else _add_walked(walked, samples, url, size)
+    if end is None:  # pax or GNU headers, or something to report: tarfile reads it
+        samples.clear()
+        end = _scan_with_tarfile(file, samples, url, size)
+    return samples, end
 
 
 def _add_walked(walked: Walked, samples: TarTable, url: str, size: int) -> int:

@@ -10,13 +10,18 @@ checksum, a cut-off header, an empty archive) makes it give up, and the caller r
 from __future__ import annotations
 
 import mmap
-from typing import BinaryIO
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
 BLOCK = 512
+NAME = 100
+"""Bytes of a header's name field."""
 CHUNK = 1 << 16
-"""Bytes read at a time: the headers of several small members per read."""
+"""Bytes read at a time after a small member: the headers of several small members per read."""
+PAGE = 4096
+"""Bytes read after a large member: its successor's header, and the header after a small successor
+(a label beside an image), in one read that costs no more than the header alone."""
 CHECK_AT_ONCE = 4096
 """Headers whose checksums are checked together (numpy sums), at most ``BLOCK`` bytes each."""
 ZERO_BLOCK = bytes(BLOCK)
@@ -40,6 +45,8 @@ def walk_headers(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
 
 Walked = tuple[list[str], list[int], list[int], int]
 """The regular files' names, data offsets and sizes, and where the end-of-archive block is."""
+Blocks = tuple[np.ndarray, np.ndarray, np.ndarray, int]
+"""Header blocks (a row of ``BLOCK`` bytes each), their offsets and sizes, and the archive's end."""
 
 
 def walk_members(file: BinaryIO, size: int) -> Walked | None:
@@ -69,6 +76,11 @@ def walk_dense(file: BinaryIO, size: int) -> Walked | None:
     chain that each header's size gives (each one's next block is the next candidate, the last
     one's is the end-of-archive block). None when the file is not local, its members are large,
     or the chain breaks."""
+    blocks = _dense_blocks(file, size)
+    return None if blocks is None else _files(*blocks)
+
+
+def _dense_blocks(file: BinaryIO, size: int) -> Blocks | None:
     try:
         descriptor = file.fileno()
     except (AttributeError, OSError):
@@ -91,7 +103,7 @@ def walk_dense(file: BinaryIO, size: int) -> Walked | None:
     end = int(following[-1]) * BLOCK
     if end + BLOCK > size or file.seek(end) != end or file.read(BLOCK) != ZERO_BLOCK:
         return None
-    return _files(headers, (candidates * BLOCK).tolist(), sizes.tolist(), end)
+    return headers, candidates * BLOCK, sizes, end
 
 
 def _dense(file: BinaryIO, size: int) -> bool:
@@ -115,18 +127,19 @@ def walk_canonical(file: BinaryIO, size: int) -> Walked | None:
     GNU tar's and ``pack``'s plain members: 11 octal size digits, a ``%06o NUL space`` checksum,
     no name prefix); None for anything else. The loop reads only each header's size, to find the
     next; names, types and checksums of all headers are then checked at once, with numpy."""
+    blocks = _canonical_blocks(file, size)
+    return None if blocks is None else _files(*blocks)
+
+
+def _canonical_blocks(file: BinaryIO, size: int) -> Blocks | None:
     offsets: list[int] = []
     sizes: list[int] = []
-    blocks: list[np.ndarray] = []
-    rows: list[int] = []
+    headers: list[bytes] = []
     offset = chunk_start = 0
     chunk, read_size = b"", CHUNK
     while offset + BLOCK <= size:
         at = offset - chunk_start
         if at + BLOCK > len(chunk):
-            if rows:
-                blocks.append(_rows(chunk, rows))
-                rows = []
             file.seek(offset)
             chunk, chunk_start, at = file.read(min(read_size, size - offset)), offset, 0
             if len(chunk) < BLOCK:
@@ -134,42 +147,36 @@ def walk_canonical(file: BinaryIO, size: int) -> Walked | None:
         if not chunk[at]:  # an empty name: the end-of-archive block, or something for tarfile
             if chunk[at : at + BLOCK] != ZERO_BLOCK or not offsets:
                 return None
-            if rows:
-                blocks.append(_rows(chunk, rows))
-            return _files(np.concatenate(blocks), offsets, sizes, offset)
+            blocks = np.frombuffer(b"".join(headers), np.uint8).reshape(-1, BLOCK)
+            return blocks, np.array(offsets, np.int64), np.array(sizes, np.int64), offset
+        header = chunk[at : at + BLOCK]
         try:
-            member_size = int(chunk[at + 124 : at + 135], 8)
+            member_size = int(header[124:135], 8)
         except ValueError:
             return None
         offsets.append(offset)
         sizes.append(member_size)
-        rows.append(at // BLOCK)
+        headers.append(header)
         offset += BLOCK + -(-member_size // BLOCK) * BLOCK
-        read_size = CHUNK if member_size <= CHUNK // 8 else BLOCK  # large members: a header alone
+        read_size = CHUNK if member_size <= CHUNK // 8 else PAGE
     return None
 
 
-def _files(headers: np.ndarray, offsets: list[int], sizes: list[int], end: int) -> Walked | None:
+def _files(headers: np.ndarray, offsets: np.ndarray, sizes: np.ndarray, end: int) -> Walked | None:
     """The regular files among the headers walked (at ``offsets``); None as :func:`_names` says."""
     names = _names(headers, sizes)
     if names is None:
         return None
+    data_offsets, sizes_list = (offsets + BLOCK).tolist(), sizes.tolist()
     files = [index for index, name in enumerate(names) if name is not None]
     if len(files) == len(names):
-        return names, [offset + BLOCK for offset in offsets], sizes, end  # type: ignore[return-value]  # no None
+        return names, data_offsets, sizes_list, end  # type: ignore[return-value]  # no None
     return (
         [names[index] for index in files],  # type: ignore[misc]  # files only
-        [offsets[index] + BLOCK for index in files],
-        [sizes[index] for index in files],
+        [data_offsets[index] for index in files],
+        [sizes_list[index] for index in files],
         end,
     )
-
-
-def _rows(chunk: bytes, rows: list[int]) -> np.ndarray:
-    """Header blocks ``rows`` of ``chunk`` (which starts at a block boundary), copied out."""
-    whole = len(chunk) // BLOCK * BLOCK
-    blocks: np.ndarray = np.frombuffer(chunk, np.uint8, count=whole).reshape(-1, BLOCK)[rows]
-    return blocks
 
 
 OCTAL_WEIGHTS = np.array([8**k for k in range(5, -1, -1)], np.int64)
@@ -180,9 +187,26 @@ def _octal_digits(field: np.ndarray) -> bool:
     return bool(((field >= ord("0")) & (field <= ord("7"))).all())
 
 
-def _names(headers: np.ndarray, sizes: list[int]) -> list[str | None] | None:
+def _names(headers: np.ndarray, sizes: np.ndarray) -> list[str | None] | None:
     """Each header's name, None for a directory; None for all when one header is not written the
     usual way (see :func:`walk_canonical`) or its checksum does not match."""
+    directory = _directories(headers, sizes)
+    if directory is None:
+        return None
+    decoded: list[str | None] = [
+        raw.decode("utf-8", "surrogateescape") for raw in headers[:, :NAME].view(f"S{NAME}")[:, 0].tolist()
+    ]
+    if directory.any():
+        for index in np.flatnonzero(directory).tolist():
+            decoded[index] = None
+    if any(name.endswith("/") for name in decoded if name is not None):
+        return None  # a directory written as a file: tarfile's rules
+    return decoded
+
+
+def _directories(headers: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
+    """Which headers are directories (the others are regular files); None when one header is not
+    written the usual way (see :func:`walk_canonical`) or its checksum does not match."""
     checksum = headers[:, 148:154]
     if not (
         _octal_digits(headers[:, 124:135])  # int() also took signs, spaces and underscores
@@ -194,29 +218,51 @@ def _names(headers: np.ndarray, sizes: list[int]) -> list[str | None] | None:
     ):
         return None
     stored = (checksum.astype(np.int64) - ord("0")) @ OCTAL_WEIGHTS
-    summed = headers.sum(axis=1, dtype=np.int64) - headers[:, 148:156].sum(axis=1, dtype=np.int64)
-    if not np.array_equal(stored, summed + 8 * 32):
+    summed = headers.sum(axis=1, dtype=np.uint32) - headers[:, 148:156].sum(axis=1, dtype=np.uint32)
+    if not np.array_equal(stored, summed + 8 * 32) or name_lengths(headers) is None:
         return None
-    names = headers[:, :100]
-    nul = names == 0
-    name_end = np.where(nul.any(axis=1), nul.argmax(axis=1), 100)  # the first NUL, else full width
-    past_end = np.arange(100) >= name_end[:, None]
-    if (past_end & (names != 0)).any():
-        return None  # bytes after the end of a name
     kinds = headers[:, 156]
     regular = np.isin(kinds, (ord("0"), 0, ord("7")))  # FILE_TYPES
-    directory = (kinds == ord("5")) & (np.asarray(sizes) == 0)
+    directory: np.ndarray = (kinds == ord("5")) & (sizes == 0)
     if not (regular | directory).all():
         return None  # links, devices, pax or GNU headers: tarfile's rules
-    decoded: list[str | None] = [
-        raw.decode("utf-8", "surrogateescape") for raw in names.view("S100")[:, 0].tolist()
-    ]
-    if directory.any():
-        for index in np.flatnonzero(directory).tolist():
-            decoded[index] = None
-    if any(name.endswith("/") for name in decoded if name is not None):
-        return None  # a directory written as a file: tarfile's rules
-    return decoded
+    return directory
+
+
+def name_lengths(headers: np.ndarray) -> np.ndarray | None:
+    """The length of each header's name (up to its first NUL); None when a byte follows that NUL."""
+    names = headers[:, :NAME]
+    lengths: np.ndarray = np.where(names[:, -1] != 0, NAME, (names == 0).argmax(axis=1))
+    return lengths if np.array_equal((names != 0).sum(axis=1), lengths) else None
+
+
+class HeaderBlocks(NamedTuple):
+    """The checked headers of a plain archive of regular files (rows of ``BLOCK`` bytes), where
+    each member's data starts, its size, and where the end-of-archive block is."""
+
+    headers: np.ndarray
+    data_offsets: np.ndarray
+    sizes: np.ndarray
+    end: int
+    dense: bool
+    """Found by :func:`walk_dense`, which looked at every page of the file."""
+
+
+def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
+    """The headers as :func:`walk_dense` or :func:`walk_canonical` find them, checked, when every
+    member is a regular file with a plain name (no trailing ``/``); None otherwise (then
+    :func:`walk_members` reads the archive by the rules)."""
+    blocks = _dense_blocks(file, size)
+    dense = blocks is not None
+    if blocks is None:
+        blocks = _canonical_blocks(file, size)
+    if blocks is None:
+        return None
+    headers, offsets, sizes, end = blocks
+    directory = _directories(headers, sizes)
+    if directory is None or directory.any():
+        return None
+    return HeaderBlocks(headers, offsets + BLOCK, sizes, end, dense)
 
 
 def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:

@@ -38,10 +38,16 @@ def batch_length(batch: Any) -> int:
         return 0
     if isinstance(batch, list | tuple):
         for value in batch:
+            if type(value) in _LEAVES:
+                continue  # a batch's keys or paths: a quick look past each
             if isinstance(value, torch.Tensor | np.ndarray | Mapping):
                 return batch_length(value)
         return len(batch)
     return 1
+
+
+_LEAVES = frozenset((str, bytes, int, float, bool, type(None)))
+"""Types that hold no items of their own (exact types: a subclass takes the full check)."""
 
 
 def batch_nbytes(batch: Any) -> int:
