@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import random
+import threading
+from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -113,44 +118,65 @@ def test_a_run_longer_than_one_read_is_read_in_pieces(
     _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
 
 
+@contextlib.contextmanager
+def _flaky_server(folder: Path) -> Iterator[tuple[str, set[str]]]:
+    """``folder`` served on loopback: (its base URL, the paths answered with 503 from now on)."""
+    from http.server import ThreadingHTTPServer
+
+    from counting_http_server import SHUTDOWN_POLL_S, CountingRangeHandler
+
+    down: set[str] = set()
+
+    class Unavailable(CountingRangeHandler):
+        def do_GET(self) -> None:
+            if self.path in down:
+                self.send_error(503, "try again")
+                return
+            super().do_GET()
+
+    shared = {"served": Counter(), "served_lock": threading.Lock()}
+    handler = type("Handler", (Unavailable,), shared)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
+    thread = threading.Thread(target=functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S))
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}", down
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
 def test_a_shard_that_cannot_be_opened_is_tried_once_per_batch(
     tmp_path: Path, fsspec_io_thread: None
 ) -> None:
     """A server answering 503 for one shard: the batch raises what ``dataset[i]`` raises for the
     run's first sample after one round of retries, not one more round to find that error."""
-    import functools
-    import threading
-    from collections import Counter
-    from http.server import ThreadingHTTPServer
-
-    from counting_http_server import SHUTDOWN_POLL_S, CountingRangeHandler
-
     from loaderfactory.shards import StorageError
 
-    class Unavailable(CountingRangeHandler):
-        down: set[str] = set()
-
-        def do_GET(self) -> None:
-            if self.path in self.down:
-                self.send_error(503, "try again")
-                return
-            super().do_GET()
-
     names = [Path(p).name for p in write_tar_shards(tmp_path, COUNTS)]
-    shared = {"served": Counter(), "served_lock": threading.Lock(), "down": set()}
-    handler = type("Handler", (Unavailable,), shared)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(tmp_path)))
-    thread = threading.Thread(target=functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S))
-    thread.start()
-    try:
-        base = f"http://127.0.0.1:{server.server_address[1]}"
+    with _flaky_server(tmp_path) as (base, down):
         dataset = ShardsDataset([f"{base}/{name}" for name in names], retries=2)
-        shared["down"].add(f"/{names[1]}")  # type: ignore[attr-defined]  # the shard of samples 5 to 7
+        down.add(f"/{names[1]}")  # the shard of samples 5 to 7
         with pytest.raises(StorageError, match=r"sample #0 of the shard \(#5 overall\)"):
             dataset.__getitems__([5, 6, 7])
         assert dataset.stats()["retries"] == 2
         dataset.close()
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+
+
+def test_a_run_whose_read_fails_after_the_retries_is_not_read_again(
+    tmp_path: Path, fsspec_io_thread: None
+) -> None:
+    """Range reads of an open shard that keep failing: the batch raises the storage error after one
+    round of retries, naming the run's samples, instead of retrying each sample again."""
+    from loaderfactory.shards import StorageError
+
+    names = [Path(p).name for p in write_tar_shards(tmp_path, COUNTS)]
+    with _flaky_server(tmp_path) as (base, down):
+        dataset = ShardsDataset([f"{base}/{name}" for name in names], retries=2, fetch="range")
+        assert dataset[5]["cls"] == 5  # shard 1 is open: its headers were read
+        down.add(f"/{names[1]}")
+        with pytest.raises(StorageError, match=r"samples #0 to #2 of the shard \(#5 to #7 overall\)"):
+            dataset.__getitems__([5, 6, 7])
+        assert dataset.stats()["retries"] == 2
+        dataset.close()

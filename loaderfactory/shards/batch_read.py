@@ -4,9 +4,10 @@ torch's map-style fetcher calls ``dataset.__getitems__(indices)`` for a batch wh
 main process and in workers). The result is exactly ``[dataset[i] for i in indices]``: a run is
 located, its shard opened and predownload advanced once, and a tar run is one read spanning its
 samples. A shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
-(without opening it again, and so without its retries again); anything else that fails in a run is
-read again sample by sample, so the error raised is the one ``dataset[i]`` raises, naming the
-shard's URL and the sample.
+(without opening it again, and so without its retries again), and storage that still fails after
+the retries raises its error naming the run's samples. Anything else that fails in a run is read
+again sample by sample, so the error raised is the one ``dataset[i]`` raises, naming the shard's
+URL and the sample.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import bisect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from loaderfactory.shards.errors import READ_ERRORS, in_sample
+from loaderfactory.shards.errors import READ_ERRORS, StorageError, in_sample
 
 if TYPE_CHECKING:
     from loaderfactory.shards.dataset import ShardsDataset
@@ -79,6 +80,13 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
             samples: list[dict[str, Any]] = reader(local, len(run))
         else:
             samples = [opened.sample(local + offset) for offset in range(len(run))]
+    except StorageError as err:  # after the retries: read again one by one, each would retry again
+        first, count = (run[0] if run[0] >= 0 else run[0] + len(dataset)), len(run)
+        where = (
+            f"while reading samples #{local} to #{local + count - 1} of the shard "
+            f"(#{first} to #{first + count - 1} overall)"
+        )
+        raise in_sample(err, where) from err
     except Exception:  # noqa: BLE001 - read again one by one: dataset[i] raises, naming the sample
         return [dataset[index] for index in run]
     keys = dataset.keys
