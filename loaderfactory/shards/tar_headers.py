@@ -190,9 +190,10 @@ def _octal_digits(field: np.ndarray) -> bool:
 def _names(headers: np.ndarray, sizes: np.ndarray) -> list[str | None] | None:
     """Each header's name, None for a directory; None for all when one header is not written the
     usual way (see :func:`walk_canonical`) or its checksum does not match."""
-    directory = _directories(headers, sizes)
-    if directory is None:
+    checked = _checked(headers, sizes)
+    if checked is None:
         return None
+    directory, _ = checked
     decoded: list[str | None] = [
         raw.decode("utf-8", "surrogateescape") for raw in headers[:, :NAME].view(f"S{NAME}")[:, 0].tolist()
     ]
@@ -204,9 +205,10 @@ def _names(headers: np.ndarray, sizes: np.ndarray) -> list[str | None] | None:
     return decoded
 
 
-def _directories(headers: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
-    """Which headers are directories (the others are regular files); None when one header is not
-    written the usual way (see :func:`walk_canonical`) or its checksum does not match."""
+def _checked(headers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+    """Which headers are directories (the others are regular files), and each name's length; None
+    when one header is not written the usual way (see :func:`walk_canonical`) or its checksum does
+    not match."""
     checksum = headers[:, 148:154]
     if not (
         _octal_digits(headers[:, 124:135])  # int() also took signs, spaces and underscores
@@ -219,14 +221,15 @@ def _directories(headers: np.ndarray, sizes: np.ndarray) -> np.ndarray | None:
         return None
     stored = (checksum.astype(np.int64) - ord("0")) @ OCTAL_WEIGHTS
     summed = headers.sum(axis=1, dtype=np.uint32) - headers[:, 148:156].sum(axis=1, dtype=np.uint32)
-    if not np.array_equal(stored, summed + 8 * 32) or name_lengths(headers) is None:
+    lengths = name_lengths(headers)
+    if not np.array_equal(stored, summed + 8 * 32) or lengths is None:
         return None
     kinds = headers[:, 156]
     regular = np.isin(kinds, (ord("0"), 0, ord("7")))  # FILE_TYPES
     directory: np.ndarray = (kinds == ord("5")) & (sizes == 0)
     if not (regular | directory).all():
         return None  # links, devices, pax or GNU headers: tarfile's rules
-    return directory
+    return directory, lengths
 
 
 def name_lengths(headers: np.ndarray) -> np.ndarray | None:
@@ -243,6 +246,7 @@ class HeaderBlocks(NamedTuple):
     headers: np.ndarray
     data_offsets: np.ndarray
     sizes: np.ndarray
+    name_lengths: np.ndarray
     end: int
     dense: bool
     """Found by :func:`walk_dense`, which looked at every page of the file."""
@@ -259,10 +263,10 @@ def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
     if blocks is None:
         return None
     headers, offsets, sizes, end = blocks
-    directory = _directories(headers, sizes)
-    if directory is None or directory.any():
+    checked = _checked(headers, sizes)
+    if checked is None or checked[0].any():
         return None
-    return HeaderBlocks(headers, offsets + BLOCK, sizes, end, dense)
+    return HeaderBlocks(headers, offsets + BLOCK, sizes, checked[1], end, dense)
 
 
 def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaderfactory.shards.tar_headers import HeaderBlocks, name_lengths
+from loaderfactory.shards.tar_headers import HeaderBlocks
 from loaderfactory.shards.tar_table import TarTable
 
 DOT, SLASH = ord("."), ord("/")
@@ -20,8 +20,8 @@ def group_members(blocks: HeaderBlocks, shard_size: int) -> TarTable | None:
     """The sample table of the members in ``blocks``; None where a name is not plain ASCII with a
     field after its key, or a member ends past the shard: the loop over members applies the rules
     (and raises) there."""
-    lengths = name_lengths(blocks.headers)
-    if lengths is None or not len(lengths):
+    lengths = blocks.name_lengths
+    if not len(lengths):
         return None
     width = int(lengths.max())  # all columns past it are NUL: leave them out
     names = np.ascontiguousarray(blocks.headers[:, :width])
