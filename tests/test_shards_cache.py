@@ -5,8 +5,10 @@ from __future__ import annotations
 import gc
 import multiprocessing
 import os
+import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -236,6 +238,32 @@ def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path)
         and os.path.exists(cache.path_of(urls[3]))
     )
     assert not os.path.exists(cache.path_of(urls[4]))
+    dataset.close()
+
+
+def test_the_first_shard_is_fetched_beside_the_shards_ahead(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A process's first read does not wait for its shard's whole fetch before fetching ahead: the
+    fetch of the next shard has begun while the first one's is still under way."""
+    urls = _put_shards(s3, "cache/beside")
+    ahead_begun = threading.Event()
+    first_saw_ahead: list[bool] = []
+    real = ShardCache._download
+
+    def download(self: ShardCache, url: str, *args: Any) -> None:
+        if url == urls[1]:
+            ahead_begun.set()
+        if url == urls[0]:  # before the change, the fetch ahead began only after this one ended
+            first_saw_ahead.append(ahead_begun.wait(30))
+        real(self, url, *args)
+
+    monkeypatch.setattr(ShardCache, "_download", download)
+    dataset = ShardsDataset(
+        urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "cache"), predownload=8
+    )
+    assert int(dataset[0]["cls"]) == 0
+    assert first_saw_ahead == [True]
     dataset.close()
 
 

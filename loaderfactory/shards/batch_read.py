@@ -67,10 +67,8 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
     """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
     url = dataset.shards[shard].url
     try:
-        opened = dataset._shard(shard)
-        if dataset.predownload:  # after the open, as dataset[i] does: the shard in use is held
-            last = run[-1]
-            dataset._predownload(last if last >= 0 else last + len(dataset))
+        last = run[-1] if run[-1] >= 0 else run[-1] + len(dataset)
+        opened = dataset._opened(shard, last)
     except READ_ERRORS as err:  # dataset[i] would meet the same error, after the same retries again
         first = run[0] if run[0] >= 0 else run[0] + len(dataset)
         raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err

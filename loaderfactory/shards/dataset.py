@@ -222,10 +222,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         shard, local = self.locate(position)
         url = self.shards[shard].url
         try:
-            opened = self._shard(shard)
-            if self.predownload:  # after the open: the shard in use is held, so fetches ahead spare it
-                self._predownload(position)
-            sample = opened.sample(local)
+            sample = self._opened(shard, position).sample(local)
         except READ_ERRORS as err:  # a server gone after the retries, a truncated or corrupt shard
             raise in_sample(err, f"while reading sample #{local} of the shard (#{position} overall)") from err
         absent = [key for key in self.keys if key not in sample]
@@ -240,6 +237,25 @@ class ShardsDataset(Dataset[dict[str, Any]]):
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
         """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`)."""
         return read_batch(self, indices)
+
+    def _opened(self, number: int, position: int) -> Shard:
+        """Shard ``number``, opened for reading sample ``position``, with ``predownload`` advanced.
+
+        The first shard a process reads (none open yet, so none held) has the fetches ahead start
+        before its own fetch, to run beside it instead of after it: they take the cache's room
+        beside one shard, which is this one. Later shards are held first (the window's room is
+        beside the shard in use, and it must not be evicted), then the window is looked at again.
+        """
+        if self.predownload and not self._open and self._must_fetch(number):
+            self._predownload(position)
+        opened = self._shard(number)
+        if self.predownload:
+            self._predownload(position)
+        return opened
+
+    def _must_fetch(self, number: int) -> bool:
+        url = self.shards[number].url
+        return self.cache is not None and is_remote(url) and not self.cache.path_of(url).exists()
 
     def _shard(self, number: int) -> Shard:
         with self._lock:
