@@ -39,7 +39,8 @@ def build_dataset(config: Any) -> Any:
     if spec is None:  # take_in refuses this already; here for mypy
         raise ConfigError(ConfigProblem("dataset", "no dataset: set dataset=<preset> or dataset._target_"))
     try:
-        return _build("dataset", spec, None, BuildContext(seed=intake.spec.seed))
+        context = BuildContext(seed=intake.spec.seed, progress=intake.spec.run.progress)
+        return _build("dataset", spec, None, context)
     except ConfigError as err:
         if not intake.root:
             raise
@@ -47,7 +48,7 @@ def build_dataset(config: Any) -> Any:
 
 
 def _build_pipeline(spec: Any, dataset: Any) -> Loader:
-    context = BuildContext(seed=spec.seed)
+    context = BuildContext(seed=spec.seed, progress=spec.run.progress)
     components: dict[str, Any] = {}
     upstream: Any = None
     try:

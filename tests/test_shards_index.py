@@ -85,3 +85,23 @@ def test_index_entries_outside_the_folder_keep_their_url(tmp_path: Path) -> None
     where = str(tmp_path / "i.json")
     save_index([info], where, Storage())
     assert load_index(where, Storage()) == [info]
+
+
+@pytest.mark.parametrize("progress", [True, False])
+def test_indexing_at_build_shows_a_progress_bar_as_run_progress_says(
+    tmp_path: Path, capfd: pytest.CaptureFixture[str], progress: bool
+) -> None:
+    """Shards without an index are read once while the loader is built: with a progress bar on
+    stderr unless ``run.progress`` is false."""
+    import loaderfactory
+
+    write_tar_shards(tmp_path, [2, 3])
+    config = {
+        "dataset": {"kind": "shards", "urls": f"{tmp_path}/"},
+        "loader": {"kind": "torch", "batch_size": 5},
+        "run": {"progress": progress},
+    }
+    loader = loaderfactory.build_loader(config)
+    assert len(loader.dataset) == 5
+    assert ("indexing shards" in capfd.readouterr().err) == progress
+    loader.close()

@@ -19,8 +19,11 @@ class BuildContext:
         seed: the root config's ``seed`` (components with no seed of their own use it).
         dataset: the dataset at the head of the pipeline.
         batched: whether ``upstream`` already yields batches (a queue draws its own).
+        progress: the config's ``run.progress``: whether long work while building (indexing shards)
+            shows a progress bar.
     """
 
     seed: int | None = None
     dataset: Any = None
     batched: bool = False
+    progress: bool = True

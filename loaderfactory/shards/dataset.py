@@ -72,6 +72,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             (once per machine with a shared ``cache_dir``) and read locally by every worker.
             ``"range"``: each read is a byte-range request and nothing is cached (every worker walks
             the tar headers itself); only for sparse reads of shards too large to fetch.
+        progress: show a progress bar on stderr while indexing shards that have no index.
 
     Attributes:
         cache_is_private: True when remote shards go to the private temporary folder (no ``cache_dir``).
@@ -99,7 +100,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         cache_limit: int | None = None,
         predownload: int = 0,
         fetch: str = "whole",
+        progress: bool = True,
     ) -> None:
+        self.progress = progress
         _check_arguments(open_shards, shuffle_window, predownload, fetch, cache_dir)
         self.counters = ShardStats()  # every reading process adds to it: see stats()
         self.storage = Storage(storage_options, retries, stats=self.counters)
@@ -185,7 +188,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 index_url(self.urls),
                 len(self.urls),
             )
-            return build_index(self.urls, self.storage, forced=self.shard_format), "built"
+            built = build_index(self.urls, self.storage, self.progress, forced=self.shard_format)
+            return built, "built"
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
         absent = [url for url in self.urls if url not in known]
