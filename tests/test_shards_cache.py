@@ -16,7 +16,15 @@ from s3_server import S3Server
 from shards_data import id_samples, parquet_bytes, tar_bytes, write_tar_shards
 from torch.utils.data import DataLoader
 
-from loaderfactory.shards import CacheError, ShardError, ShardInfo, ShardsDataset, Storage, StorageError
+from loaderfactory.shards import (
+    CacheError,
+    CacheLimitError,
+    ShardError,
+    ShardInfo,
+    ShardsDataset,
+    Storage,
+    StorageError,
+)
 from loaderfactory.shards import cache as cache_module
 from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.index import build_index
@@ -171,8 +179,9 @@ def test_a_limit_below_one_shard_names_both_sizes_before_any_fetch(s3: S3Server,
     """``cache_limit`` smaller than the largest remote shard fails at building, naming both sizes."""
     urls = _put_shards(s3, "cache/small", [2, 5])
     size = Storage(s3.storage_options).size(urls[1])
-    with pytest.raises(
-        ValueError, match=rf"cache.limit 100 bytes is smaller than the shard {urls[1]} .*\({size} bytes\)"
+    with pytest.raises(  # a ValueError too
+        CacheLimitError,
+        match=rf"cache.limit 100 bytes is smaller than the shard {urls[1]} .*\({size} bytes\)",
     ):
         ShardsDataset(
             urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), cache_limit=100

@@ -17,6 +17,7 @@ from s3_server import S3Server
 from shards_data import id_samples, tar_bytes, write_tar_shards
 
 import loaderfactory
+from loaderfactory.builders import BuildContext
 from loaderfactory.builders import shards as shards_builder
 from loaderfactory.config.specs import shards as shards_spec
 from loaderfactory.errors import ConfigError, ResumeWarning
@@ -111,7 +112,7 @@ def test_the_cache_arguments_are_passed_only_when_set(monkeypatch: pytest.Monkey
     monkeypatch.setattr(shards_builder, "ShardsDataset", lambda urls, **kwargs: calls.append(kwargs))
     for cache in (None, {"dir": "/c", "limit": "1KiB"}):
         spec = _validate(urls="a.tar", cache=cache, predownload=3 if cache else 0).dataset
-        shards_builder.build_shards(spec, None, None)  # type: ignore[arg-type]  # no context needed
+        shards_builder.build_shards(spec, None, BuildContext())
     assert not {"cache_dir", "cache_limit", "predownload"} & set(calls[0])
     assert {k: calls[1][k] for k in ("cache_dir", "cache_limit", "predownload")} == {
         "cache_dir": "/c",

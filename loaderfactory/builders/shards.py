@@ -23,7 +23,7 @@ from loaderfactory.shards import (
     index_url,
     save_index,
 )
-from loaderfactory.shards.errors import CacheError, StorageError
+from loaderfactory.shards.errors import CacheError, CacheLimitError, StorageError
 
 
 def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext) -> ShardsDataset:
@@ -55,9 +55,10 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
         raise ConfigError(ConfigProblem("dataset.urls", f"{err} ({REMOTE_EXTRA})")) from err
     except CacheError as err:  # a cache folder that cannot be written
         raise ConfigError(ConfigProblem("dataset.cache.dir", str(err))) from err
+    except CacheLimitError as err:
+        raise ConfigError(ConfigProblem("dataset.cache.limit", str(err))) from err
     except (ValueError, StorageError) as err:  # a brace pattern, a stale index, storage that keeps failing
-        field = "dataset.cache.limit" if str(err).startswith("cache.limit") else "dataset"
-        raise ConfigError(ConfigProblem(field, str(err))) from err
+        raise ConfigError(ConfigProblem("dataset", str(err))) from err
 
 
 def index_shards(spec: ShardsDatasetSpec, progress: bool = True) -> tuple[str, list[ShardInfo]]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.dataset import ShardsDataset
-from loaderfactory.shards.errors import CacheError, ShardError, ShardNotFoundError, StorageError
+from loaderfactory.shards.errors import (
+    CacheError,
+    CacheLimitError,
+    ShardError,
+    ShardNotFoundError,
+    StorageError,
+)
 from loaderfactory.shards.index import (
     INDEX_FORMAT,
     INDEX_NAME,
@@ -24,6 +30,7 @@ __all__ = [
     "INDEX_FORMAT",
     "INDEX_NAME",
     "CacheError",
+    "CacheLimitError",
     "PackError",
     "PackResult",
     "ShardCache",

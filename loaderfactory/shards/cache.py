@@ -33,7 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from loaderfactory.shards.errors import CacheError
+from loaderfactory.shards.errors import CacheError, CacheLimitError
 from loaderfactory.shards.staged_file import staged_file
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
@@ -100,7 +100,7 @@ class ShardCache:
         over_limit_level: int = logging.WARNING,
     ) -> None:
         if limit is not None and limit <= 0:
-            raise ValueError(f"cache.limit must be > 0 bytes, got {limit}")
+            raise CacheLimitError(f"cache.limit must be > 0 bytes, got {limit}")
         self.dir, self.limit, self.storage = Path(dir), limit, storage
         self.over_limit_level = over_limit_level
         self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
@@ -133,9 +133,9 @@ class ShardCache:
         return self.dir / f"{digest}.{url.rstrip('/').rsplit('/', 1)[-1]}"
 
     def check_fits(self, url: str, size: int) -> None:
-        """ValueError naming both sizes when a shard of ``size`` bytes is larger than ``limit``."""
+        """CacheLimitError naming both sizes when a shard of ``size`` bytes is larger than ``limit``."""
         if self.limit is not None and size > self.limit:
-            raise ValueError(
+            raise CacheLimitError(
                 f"cache.limit {human_bytes(self.limit)} is smaller than the shard {url} "
                 f"({human_bytes(size)}); raise cache.limit to a few shards' size"
             )

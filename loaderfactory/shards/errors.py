@@ -19,6 +19,10 @@ class CacheError(LoaderFactoryError, OSError):
     before they could be read."""
 
 
+class CacheLimitError(LoaderFactoryError, ValueError):
+    """A ``cache.limit`` that cannot work: not above 0 bytes, or smaller than a shard."""
+
+
 class ShardNotFoundError(LoaderFactoryError, FileNotFoundError):
     """A shard or object that is not there: a ``FileNotFoundError`` whose file name is its URL."""
 
