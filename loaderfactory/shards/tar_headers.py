@@ -254,8 +254,8 @@ class HeaderBlocks(NamedTuple):
 
 def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
     """The headers as :func:`walk_dense` or :func:`walk_canonical` find them, checked, when every
-    member is a regular file with a plain name (no trailing ``/``); None otherwise (then
-    :func:`walk_members` reads the archive by the rules)."""
+    member is a regular file; None otherwise (then :func:`walk_members` reads the archive by the
+    rules)."""
     blocks = _dense_blocks(file, size)
     dense = blocks is not None
     if blocks is None:
