@@ -48,6 +48,9 @@ def open_ours(run: dict[str, Any]) -> Reader:
     import loaderfactory
     import loaderfactory.builders.shards
     import loaderfactory.factory  # imported before the clock starts, as the peers are
+    from loaderfactory.config import registry
+
+    registry.load_plugins()  # the kinds' specs, built on their first use in a process: an import too
 
     dataset: dict[str, Any] = {"kind": "shards", "urls": run.get("url") or f"{run['folder']}/"}
     if "url" in run:
