@@ -55,6 +55,7 @@ def open_ours(run: dict[str, Any]) -> Reader:
     dataset: dict[str, Any] = {"kind": "shards", "urls": run.get("url") or f"{run['folder']}/"}
     if "url" in run:
         import s3fs  # noqa: F401  # the storage library, imported up front as each peer imports its own
+
         dataset["storage_options"] = dict(run["s3"])
         dataset["cache"] = {"dir": run["cache"]}
         dataset["predownload"] = run["batch"] * 64
