@@ -45,10 +45,15 @@ class CountingRangeHandler(SimpleHTTPRequestHandler):
 
 
 @contextlib.contextmanager
-def serving(folder: Path) -> Iterator[tuple[str, Counter[str]]]:
-    """``folder`` served on a free loopback port: (its base URL, body bytes sent per URL path)."""
+def serving(
+    folder: Path, handler_class: type[CountingRangeHandler] = CountingRangeHandler, **attributes: object
+) -> Iterator[tuple[str, Counter[str]]]:
+    """``folder`` served on a free loopback port: (its base URL, body bytes sent per URL path).
+
+    ``handler_class`` answers the requests, with ``attributes`` set on it for this server."""
     served: Counter[str] = Counter()
-    handler = type("Handler", (CountingRangeHandler,), {"served": served, "served_lock": threading.Lock()})
+    shared = {"served": served, "served_lock": threading.Lock(), **attributes}
+    handler = type("Handler", (handler_class,), shared)
     server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
     # A short poll: shutdown() waits for the loop's next look at its flag (0.5 s by default).
     serve = functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S)

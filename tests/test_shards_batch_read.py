@@ -2,17 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import random
-import threading
-from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from counting_http_server import CountingRangeHandler, serving
 from shards_data import id_samples, tar_bytes, write_parquet_shards, write_tar_shards
 
 import loaderfactory
@@ -118,33 +114,16 @@ def test_a_run_longer_than_one_read_is_read_in_pieces(
     _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
 
 
-@contextlib.contextmanager
-def _flaky_server(folder: Path) -> Iterator[tuple[str, set[str]]]:
-    """``folder`` served on loopback: (its base URL, the paths answered with 503 from now on)."""
-    from http.server import ThreadingHTTPServer
+class Unavailable(CountingRangeHandler):
+    """Answers the paths in ``down`` with 503 Service Unavailable, the others as files."""
 
-    from counting_http_server import SHUTDOWN_POLL_S, CountingRangeHandler
+    down: set[str]
 
-    down: set[str] = set()
-
-    class Unavailable(CountingRangeHandler):
-        def do_GET(self) -> None:
-            if self.path in down:
-                self.send_error(503, "try again")
-                return
-            super().do_GET()
-
-    shared = {"served": Counter(), "served_lock": threading.Lock()}
-    handler = type("Handler", (Unavailable,), shared)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    thread = threading.Thread(target=functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S))
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}", down
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    def do_GET(self) -> None:
+        if self.path in self.down:
+            self.send_error(503, "try again")
+            return
+        super().do_GET()
 
 
 def test_a_shard_that_cannot_be_opened_is_tried_once_per_batch(
@@ -155,7 +134,8 @@ def test_a_shard_that_cannot_be_opened_is_tried_once_per_batch(
     from loaderfactory.shards import StorageError
 
     names = [Path(p).name for p in write_tar_shards(tmp_path, COUNTS)]
-    with _flaky_server(tmp_path) as (base, down):
+    down: set[str] = set()
+    with serving(tmp_path, Unavailable, down=down) as (base, _):
         dataset = ShardsDataset([f"{base}/{name}" for name in names], retries=2)
         down.add(f"/{names[1]}")  # the shard of samples 5 to 7
         with pytest.raises(StorageError, match=r"sample #0 of the shard \(#5 overall\)"):
@@ -172,7 +152,8 @@ def test_a_run_whose_read_fails_after_the_retries_is_not_read_again(
     from loaderfactory.shards import StorageError
 
     names = [Path(p).name for p in write_tar_shards(tmp_path, COUNTS)]
-    with _flaky_server(tmp_path) as (base, down):
+    down: set[str] = set()
+    with serving(tmp_path, Unavailable, down=down) as (base, _):
         dataset = ShardsDataset([f"{base}/{name}" for name in names], retries=2, fetch="range")
         assert dataset[5]["cls"] == 5  # shard 1 is open: its headers were read
         down.add(f"/{names[1]}")

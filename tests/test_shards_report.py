@@ -2,19 +2,16 @@
 
 from __future__ import annotations
 
-import functools
 import json
 import subprocess
 import threading
-from collections import Counter
 from collections.abc import Iterator
-from http.server import ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 import pytest
 from cli_forks import run_command
-from counting_http_server import SHUTDOWN_POLL_S, CountingRangeHandler
+from counting_http_server import CountingRangeHandler, serving
 from s3_server import S3Server
 from shards_data import id_samples, sample_bytes, tar_bytes, write_indexed_tar_shards, write_tar_shards
 
@@ -95,23 +92,8 @@ def flaky_http(tmp_path: Path) -> Iterator[tuple[Path, str, set[str]]]:
     """``tmp_path/served`` over HTTP on a free loopback port, each path failing once; the paths failed."""
     folder, failed = tmp_path / "served", set[str]()
     folder.mkdir()
-    shared = {
-        "failed": failed,
-        "lock": threading.Lock(),
-        "served": Counter(),
-        "served_lock": threading.Lock(),
-    }
-    handler = type("Handler", (FirstGetFails,), shared)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(folder)))
-    serve = functools.partial(server.serve_forever, poll_interval=SHUTDOWN_POLL_S)  # a quick shutdown()
-    thread = threading.Thread(target=serve, name="flaky-http")
-    thread.start()
-    try:
-        yield folder, f"http://127.0.0.1:{server.server_address[1]}", failed
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join()
+    with serving(folder, FirstGetFails, failed=failed, lock=threading.Lock()) as (base, _):
+        yield folder, base, failed
 
 
 def test_retries_after_transient_errors_are_counted(
