@@ -95,3 +95,12 @@ def cli_forks() -> Iterator[CliForks | None]:
 def pytest_configure(config: pytest.Config) -> None:
     watch_signals()
     config.addinivalue_line("markers", "allow_leaks: skip the leak check (only for tests of the check)")
+
+
+XDIST_WORKERS_MAX = 4
+"""``-n auto`` (pyproject's addopts) starts one worker a core up to this many: each worker starts its
+own S3 and GCS servers and command fork servers, and the torchrun tests start up to 4 ranks."""
+
+
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    return max(1, min(XDIST_WORKERS_MAX, len(os.sched_getaffinity(0))))
