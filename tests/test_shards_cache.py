@@ -24,8 +24,9 @@ from loaderfactory.shards import (
     ShardsDataset,
     Storage,
     StorageError,
+    signed_get,
 )
-from loaderfactory.shards import cache as cache_module
+from loaderfactory.shards import storage as storage_module
 from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.index import build_index
 
@@ -144,24 +145,37 @@ def test_local_shards_are_read_in_place_never_copied_or_deleted(s3: S3Server, tm
     dataset.close()
 
 
+@pytest.mark.parametrize("signed", [True, False], ids=["signed GET", "ranges"])
 def test_an_interrupted_fetch_leaves_no_partial_file(
-    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, signed: bool
 ) -> None:
-    """A fetch failing after its first range leaves nothing in the cache; the next try succeeds."""
+    """A fetch failing after its first bytes are written leaves nothing in the cache; the next try
+    succeeds. Plain S3 settings fetch by one signed GET; others (here ``verify``) by fsspec ranges."""
     url = _put_shards(s3, "cache/broken", [8])[0]
-    monkeypatch.setattr(cache_module, "CHUNK_BYTES", 1024)
-    real, calls = Storage.read_range, Counter[str]()
+    options = {**s3.storage_options, **({} if signed else {"client_kwargs": {"verify": False}})}
+    calls = Counter[str]()
 
-    def failing(self: Storage, target: str, start: int, end: int) -> bytes:
-        calls[target] += 1
-        if calls[target] == 2:
+    def fail_after_writing(*args: Any) -> None:
+        calls["signed"] += 1
+        args[3].write(b"x" * 1024)  # out: part of the shard, then the connection drops
+        raise ConnectionResetError("connection reset")
+
+    real_range = Storage.read_range
+
+    def fail_second_range(self: Storage, target: str, start: int, end: int) -> bytes:
+        calls["ranges"] += 1
+        if calls["ranges"] == 2:
             raise StorageError(f"{target}: failed after 0 retries (connection reset)")
-        return real(self, target, start, end)
+        return real_range(self, target, start, end)
 
-    monkeypatch.setattr(Storage, "read_range", failing)
-    cache = ShardCache(tmp_path / "cache", None, Storage(s3.storage_options))
-    with pytest.raises(StorageError, match="connection reset"):
-        cache.local(url)
+    monkeypatch.setattr(storage_module, "RANGE_BYTES", 1024)
+    with monkeypatch.context() as patched:
+        patched.setattr(signed_get, "get_into", fail_after_writing)
+        patched.setattr(Storage, "read_range", fail_second_range)
+        cache = ShardCache(tmp_path / "cache", None, Storage(options, retries=0))
+        with pytest.raises(StorageError, match="connection reset"):
+            cache.local(url)
+    assert calls == Counter({"signed": 1} if signed else {"ranges": 2})
     assert [name for name in os.listdir(tmp_path / "cache") if not name.endswith(".lock")] == []
     assert Path(cache.local(url)).read_bytes() == Storage(s3.storage_options).read(url)
 
@@ -250,6 +264,26 @@ def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path)
     dataset.close()
 
 
+def test_predownload_always_fetches_the_next_shard_the_order_reads(s3: S3Server, tmp_path: Path) -> None:
+    """A window that ends inside the shard being read still fetches the next shard, so that its fetch
+    runs while this one is read: the next in stored order, or the next the visit order reaches."""
+    urls = _put_shards(s3, "cache/next")
+    dataset = ShardsDataset(
+        urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "cache"), predownload=1
+    )
+    cache = dataset.cache
+    assert cache is not None
+    dataset[0]  # the window (id 1) is in shard 0
+    dataset._predownloader.wait()  # type: ignore[union-attr]
+    assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in urls[:2])
+    dataset.visit_order = [12, 13, 14, 15, 20, 21, 0]  # shard 3 whole, then shard 5
+    dataset[12]
+    dataset._predownloader.wait()  # type: ignore[union-attr]
+    assert os.path.exists(cache.path_of(urls[5])) and not os.path.exists(cache.path_of(urls[4]))
+    assert cache.fetched == 4  # shards 0 and 1, then 3 (read) and 5 (ahead)
+    dataset.close()
+
+
 def test_the_first_shard_is_fetched_beside_the_shards_ahead(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -313,23 +347,26 @@ def test_parquet_shards_read_through_the_cache(s3: S3Server, tmp_path: Path) -> 
 def test_a_transient_error_during_a_fetch_is_retried_and_counted(
     s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A connection reset while fetching into the cache is retried; ``dataset.retried`` reports it."""
-    import s3fs
-
+    """A connection reset in the middle of a shard's fetch is retried from the byte it reached (the
+    shard's bytes come whole and exact); ``dataset.retried`` reports it."""
     urls = _put_shards(s3, "cache/flaky", [3, 2])
-    real, failures = s3fs.S3FileSystem._cat_file, [ConnectionResetError("connection reset by peer")]
+    real, starts = signed_get.get_into, []
 
-    async def flaky(*args: object, **kwargs: object) -> object:
-        if failures:
-            raise failures.pop()
-        return await real(*args, **kwargs)  # type: ignore[arg-type]
+    def reset_once_halfway(url: str, start: int, end: int, out: Any, *rest: Any) -> None:
+        starts.append(start)
+        if len(starts) == 1:
+            real(url, start, end // 2, out, *rest)
+            raise ConnectionResetError("connection reset by peer")
+        real(url, start, end, out, *rest)
 
     index = build_index(urls, Storage(s3.storage_options), progress=False)
-    monkeypatch.setattr(s3fs.S3FileSystem, "_cat_file", flaky)  # bound by filesystems made from now
+    monkeypatch.setattr(signed_get, "get_into", reset_once_halfway)
     dataset = ShardsDataset(
         urls, index=index, storage_options=s3.storage_options, cache_dir=str(tmp_path / "c"), retries=2
     )
     dataset.storage.backoff_s = 0.01
     assert [int(dataset[i]["cls"]) for i in range(len(dataset))] == list(range(5))
-    assert dataset.retried == 1 and not failures
+    assert dataset.retried == 1 and starts[:2] == [0, index[0].bytes // 2]
+    cached = dataset.cache.path_of(urls[0])  # type: ignore[union-attr]
+    assert cached.read_bytes() == Storage(s3.storage_options).read(urls[0])
     dataset.close()

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 from s3_server import S3Server
 
-from loaderfactory.shards import Storage, StorageError
+from loaderfactory.shards import Storage, StorageError, signed_get
+from loaderfactory.shards.storage import _s3_options
 
 
 def _roundtrip(storage: Storage, folder: str) -> None:
@@ -100,3 +101,38 @@ def test_an_unknown_scheme_names_the_supported_ones() -> None:
         ValueError, match=r"ftp://h/x.tar: unsupported scheme 'ftp'; use a local path, file://"
     ):
         Storage().read("ftp://h/x.tar")
+
+
+@pytest.mark.parametrize(
+    ("options", "plain"),
+    [
+        ({}, True),
+        ({"endpoint_url": "http://127.0.0.1:1", "key": "k", "secret": "s", "region": "eu-west-1"}, True),
+        ({"anon": True, "config_kwargs": {"s3": {"addressing_style": "path"}}}, True),
+        ({"requester_pays": True}, False),
+        ({"s3_additional_kwargs": {"SSECustomerKey": "k", "SSECustomerAlgorithm": "AES256"}}, False),
+        ({"client_kwargs": {"verify": False}}, False),
+        ({"config_kwargs": {"proxies": {"https": "http://proxy:3128"}}}, False),
+    ],
+)
+def test_only_settings_a_signed_url_carries_fetch_by_signed_get(
+    options: dict[str, object], plain: bool
+) -> None:
+    """Credentials, endpoint, region and addressing travel in a presigned URL; settings that add
+    headers, arguments, proxies or certificate checks to each request keep fetches on s3fs."""
+    assert signed_get.plain_s3_settings(_s3_options(dict(options))) is plain
+
+
+def test_a_shard_fetched_by_signed_get_is_byte_exact(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``download`` of a plain S3 object writes its exact bytes, piece after piece."""
+    monkeypatch.setattr(signed_get, "PIECE_BYTES", 1000)
+    data = bytes(range(256)) * 4099  # not a whole number of pieces
+    url = s3.url("storage/signed.bin")
+    Storage(s3.storage_options).write(url, data)
+    storage = Storage(s3.storage_options)
+    out = tmp_path / "copy"
+    with open(out, "wb") as file:
+        storage.download(url, file, len(data))
+    assert out.read_bytes() == data

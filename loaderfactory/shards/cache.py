@@ -37,8 +37,6 @@ from loaderfactory.shards.errors import CacheError, CacheLimitError
 from loaderfactory.shards.staged_file import staged_file
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
-CHUNK_BYTES = 8 << 20
-"""A fetch reads its shard in ranges of this size, each retried by Storage on its own."""
 HOLD_ATTEMPTS = 5
 """How often :meth:`ShardCache.hold` fetches again a shard evicted between its fetch and its lock."""
 _CACHED_NAME = re.compile(r"^[0-9a-f]{16}\.[^/]+$")
@@ -183,17 +181,11 @@ class ShardCache:
         )
 
     def _download(self, url: str, path: Path, size: int, cancel: threading.Event | None) -> None:
-        """Write ``url`` to ``path`` by ranges through a staged file (the caller holds its lock): a
-        fetch that fails, or whose process is killed, leaves nothing in the folder."""
+        """Write ``url`` to ``path`` through a staged file (the caller holds its lock): a fetch that
+        fails, or whose process is killed, leaves nothing in the folder."""
         try:
             with staged_file(path) as out:
-                for start in range(0, size, CHUNK_BYTES):
-                    if cancel is not None and cancel.is_set():
-                        raise InterruptedError(f"{url}: fetch into the cache cancelled")
-                    data = self.storage.read_range(url, start, min(size, start + CHUNK_BYTES))
-                    if not data:
-                        raise CacheError(f"{url}: ended at byte {start} of {size}; did it change?")
-                    out.write(data)
+                self.storage.download(url, out, size, cancel)
             _touch(path)
         except BaseException as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:

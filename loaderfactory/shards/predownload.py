@@ -4,9 +4,11 @@ The rule (it needs nothing but the sample just read, so it works alike in the ma
 each DataLoader worker): after reading sample ``i``, find its position ``p`` in the expected order
 (``ShardsDataset.visit_order``: the epoch order last computed in this process, or published by the
 process running the sampler, see :mod:`~loaderfactory.shards.published_order`; else stored order),
-take the samples at positions ``p+1 .. p+predownload``, and fetch their shards, nearest first,
-at most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The window
-is looked at again every ``predownload // 4`` samples, or at once when the reads jump.
+take the samples at positions ``p+1 .. p+predownload``, and fetch their shards, nearest first, at
+most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The next shard
+the order reads is always among them, even where the window ends before its first sample, so its
+fetch overlaps the reading of this one. The window is looked at again every ``predownload // 4``
+samples, or at once when the reads jump.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from loaderfactory.shards.cache import ShardCache
 
 THREADS = 2
 """Fetches in flight per process: shards are large, so two keep a link busy without many requests."""
+NEXT_SHARD_SCAN = 1 << 16
+"""Positions looked at per step when the window ahead lies inside the shard being read."""
 _INHERITED: list[Predownloader] = []
 """A forked child's copies of its parent's predownloaders, kept referenced: their executors' locks
 may have been held at the fork, and dropping them would run callbacks that take those locks."""
@@ -49,6 +53,7 @@ class Predownloader:
         self, cache: ShardCache, urls: Sequence[str], ends: Sequence[int], samples: int, max_shards: int
     ) -> None:
         self.cache, self.urls, self.ends = cache, list(urls), list(ends)
+        self._ends_array = np.asarray(self.ends, dtype=np.int64)
         self.samples, self.max_shards = samples, max_shards
         self.pid = os.getpid()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="loaderfactory-predownload")
@@ -92,22 +97,28 @@ class Predownloader:
         return int(self._order[position]) if position < len(self._order) else None
 
     def _shards_after(self, position: int) -> list[int]:
-        """The shards of the samples at positions ``position+1 .. position+samples``, nearest first."""
+        """The shards of the samples at positions ``position+1 .. position+samples``, nearest first,
+        and at least the next shard the order reads (however far ahead its first sample is)."""
         current = self._shard_of(self._sample_at(position))
         if self._order is None:  # stored order: the shards after the current one, up to the window's end
             last = self._shard_of(min(position + self.samples, self.ends[-1] - 1))
+            last = max(last, min(current + 1, len(self.ends) - 1))
             return list(range(current + 1, min(last, current + self.max_shards) + 1))
-        found: list[int] = []
-        seen = {current}
-        for ahead in range(position + 1, position + 1 + self.samples):
-            sample = self._sample_at(ahead)
-            if sample is None or len(found) >= self.max_shards:
-                break
-            shard = self._shard_of(sample)
-            if shard not in seen:
-                seen.add(shard)
-                found.append(shard)
-        return found
+        found = self._shards_in(position + 1, position + 1 + self.samples, current)
+        start = position + 1 + self.samples
+        while not found and start < len(self._order):  # the window stays inside this shard
+            found = self._shards_in(start, start + NEXT_SHARD_SCAN, current)[:1]
+            start += NEXT_SHARD_SCAN
+        return found[: self.max_shards]
+
+    def _shards_in(self, start: int, stop: int, current: int) -> list[int]:
+        """The shards other than ``current`` of the samples at positions ``start .. stop - 1`` of the
+        order, in the order their first samples come."""
+        assert self._order is not None
+        samples = np.asarray(self._order[start:stop], dtype=np.int64)
+        shards = np.searchsorted(self._ends_array, samples, side="right")
+        _, firsts = np.unique(shards, return_index=True)
+        return [int(shard) for shard in shards[np.sort(firsts)] if shard != current]
 
     def _shard_of(self, sample: int | None) -> int:
         return -1 if sample is None else bisect.bisect_right(self.ends, sample)

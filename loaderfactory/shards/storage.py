@@ -18,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
+from loaderfactory.shards import signed_get
 from loaderfactory.shards.errors import ShardNotFoundError, StorageError
 from loaderfactory.shards.stats import NoStats
 
@@ -30,6 +31,8 @@ _INHERITED: list[dict[str, Any]] = []
 """A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
 finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
 _PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
+RANGE_BYTES = 8 << 20
+""":meth:`Storage.download` reads through fsspec in ranges of this size, each retried on its own."""
 HTTP_TIMEOUTS_S = {"sock_connect": 5.0, "sock_read": 60.0}
 """Bounds on each ``http(s)://`` request, as S3's have: a server that accepts a request and never
 answers fails it (and it is retried) after ``sock_read`` seconds, not aiohttp's default 5 minutes."""
@@ -159,6 +162,38 @@ class Storage:
         self.stats.add("bytes_remote", len(data))
         return data
 
+    def download(self, url: str, out: BinaryIO, size: int, cancel: threading.Event | None = None) -> None:
+        """Write the whole object at ``url`` (``size`` bytes) to ``out``.
+
+        An S3 object whose settings leave requests plain comes by one signed GET read without
+        holding the GIL (:mod:`~loaderfactory.shards.signed_get`), a failed attempt retried from the
+        byte reached; anything else by ``RANGE_BYTES`` ranges, each retried on its own. ``cancel`` set
+        stops it between pieces with InterruptedError.
+        """
+        scheme, rest = split_scheme(url)
+        if scheme == "s3" and signed_get.plain_s3_settings(_s3_options(dict(self.storage_options))):
+            fs, path = self._remote(scheme, rest)
+            begin = out.tell()
+            timeout_s = float(fs.config_kwargs.get("read_timeout", 60))
+
+            def attempt() -> None:
+                signed = fs.sign(path, expiration=signed_get.SIGNED_FOR_S)
+                try:
+                    signed_get.get_into(signed, out.tell() - begin, size, out, cancel, timeout_s)
+                except InterruptedError as err:
+                    raise InterruptedError(f"{url}: {err}") from None
+
+            self._retry(url, attempt)
+            self.stats.add("bytes_remote", size)
+            return
+        for start in range(0, size, RANGE_BYTES):
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError(f"{url}: fetch into the cache cancelled")
+            data = self.read_range(url, start, min(size, start + RANGE_BYTES))
+            if not data:
+                raise StorageError(f"{url}: ended at byte {start} of {size}; did it change?")
+            out.write(data)
+
     def write(self, url: str, data: bytes) -> None:
         """Write ``data`` as the object at ``url`` (a local file appears whole: written aside, renamed)."""
         scheme, rest = split_scheme(url)
@@ -272,6 +307,8 @@ def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
 def _transient(url: str, err: Exception) -> BaseException:
     """The failure behind ``err`` that a retry may fix; raises at once for the others (a missing
     object, a refused permission, a bad argument), naming ``url``."""
+    if isinstance(err, InterruptedError):  # a cancelled fetch: nothing to retry
+        raise err
     if isinstance(err, FileNotFoundError):
         lost = _lost_connection(err)
         if lost is None:

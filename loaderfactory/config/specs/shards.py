@@ -99,7 +99,8 @@ class ShardsDatasetSpec(Spec):
     """Local cache of remote shards {dir: a folder or null, limit: a size like 20GiB or null}; null:
     a private temporary folder bounded to what open_shards and predownload need."""
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
-    """Samples ahead (per rank) whose shards are fetched into the cache in the background."""
+    """Samples ahead (per rank) whose shards are fetched into the cache in the background (the next
+    shard always among them); 0: none."""
 
     @field_validator("urls")
     @classmethod

@@ -1,0 +1,98 @@
+"""Copy an S3 object into a file through one presigned GET, reading its bytes without holding the GIL.
+
+s3fs reads a response body on its event-loop thread, 64 KiB at a time with Python work on each
+piece: about 2 CPU-seconds per GB, most of it holding the GIL, which the thread reading samples
+beside it then waits for. Here the standard library reads the body straight into a buffer
+(``readinto`` on the socket, the GIL released while the bytes arrive) and writes it out.
+
+s3fs still signs the URL (its credentials, endpoint, region and addressing), so the request is the
+one s3fs would send, as long as the settings add nothing to the request itself
+(:func:`plain_s3_settings`); otherwise the caller reads through s3fs.
+"""
+
+from __future__ import annotations
+
+import os
+import ssl
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from typing import Any, BinaryIO
+
+PIECE_BYTES = 8 << 20
+"""Bytes read into the buffer and written out at a time; a cancel is seen between pieces."""
+SIGNED_FOR_S = 900
+"""How long a signed URL stays valid: one is made per attempt, so this bounds one attempt."""
+_PLAIN = {
+    "storage_options": {"endpoint_url", "key", "secret", "token", "region", "anon", "profile", "use_ssl"},
+    "client_kwargs": {"endpoint_url", "region_name"},
+    "config_kwargs": {"retries", "connect_timeout", "read_timeout", "signature_version", "s3"},
+}
+"""Settings that change only how s3fs signs and addresses a GET, which a presigned URL carries."""
+
+
+def plain_s3_settings(options: Mapping[str, Any]) -> bool:
+    """Whether s3fs's GETs with ``options`` (after ``storage._s3_options``) are what a presigned URL
+    reproduces: nothing like ``requester_pays``, extra request arguments (SSE-C keys), ``verify`` or
+    proxies in the settings, which a plain ``urllib`` request would not send or honour."""
+    nested = ("client_kwargs", "config_kwargs")
+    if not set(options) <= _PLAIN["storage_options"] | set(nested):
+        return False
+    return all(set(options.get(name) or {}) <= _PLAIN[name] for name in nested)
+
+
+def get_into(
+    signed_url: str, start: int, end: int, out: BinaryIO, cancel: threading.Event | None, timeout_s: float
+) -> None:
+    """Write bytes ``[start, end)`` of the object at ``signed_url`` to ``out``.
+
+    Raises FileNotFoundError (404), PermissionError (401, 403), InterruptedError (``cancel`` set
+    between pieces), or the HTTP or connection error as it came (a 5xx, a reset, a timeout, a body
+    ending early); what was written before the error stays written.
+    """
+    request = urllib.request.Request(signed_url, headers={"Range": f"bytes={start}-{end - 1}"})
+    try:
+        response = urllib.request.urlopen(request, timeout=timeout_s, context=_tls_context())
+    except urllib.error.HTTPError as err:
+        if err.code == 404:
+            raise FileNotFoundError(f"HTTP 404: {err.reason}") from err
+        if err.code in (401, 403):
+            raise PermissionError(f"HTTP {err.code}: {err.reason}") from err
+        raise
+    with response:
+        if response.status != 206 and start > 0:
+            raise ConnectionError(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
+        buffer = memoryview(bytearray(min(PIECE_BYTES, end - start)))
+        position = start
+        while position < end:
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError("fetch into the cache cancelled")
+            piece = buffer[: min(len(buffer), end - position)]
+            filled = 0
+            while filled < len(piece):
+                count = response.readinto(piece[filled:])
+                if not count:
+                    raise ConnectionError(f"the body ended at byte {position + filled} of {end}")
+                filled += count
+            out.write(piece)
+            position += filled
+
+
+_CONTEXT: list[ssl.SSLContext] = []
+
+
+def _tls_context() -> ssl.SSLContext:
+    """Certificates checked as botocore checks them: against ``AWS_CA_BUNDLE``, else certifi's
+    bundle where it is installed, else the system's."""
+    if not _CONTEXT:
+        bundle = os.environ.get("AWS_CA_BUNDLE")
+        if not bundle:
+            try:
+                import certifi
+
+                bundle = certifi.where()
+            except ImportError:
+                bundle = None
+        _CONTEXT.append(ssl.create_default_context(cafile=bundle))
+    return _CONTEXT[0]
