@@ -32,10 +32,13 @@ def checker(pointer: str) -> Draft202012Validator:
     if pointer == "#":
         return ROOT
     root = {key: value for key, value in SCHEMA.items() if key != "$defs"}
-    document = {"$schema": SCHEMA["$schema"], "$defs": SCHEMA["$defs"] | {"root": root}}
-    return Draft202012Validator(
-        document | {"$ref": pointer.replace("#/properties/", "#/$defs/root/properties/")}
-    )
+    defs = SCHEMA["$defs"] | {"root": root}
+    part: Any = {"$defs": defs}
+    for name in pointer.replace("#/properties/", "#/$defs/root/properties/")[2:].split("/"):
+        part = part[name]
+    # The part itself as the document, beside the definitions its references name: what a "$ref" to
+    # it checks, without resolving that reference on every value (a third of the module's time).
+    return Draft202012Validator({"$schema": SCHEMA["$schema"], "$defs": defs, **part})
 
 
 def problems(validator: Draft202012Validator, data: Any) -> list[tuple[str, str]]:

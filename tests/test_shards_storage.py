@@ -136,3 +136,15 @@ def test_a_shard_fetched_by_signed_get_is_byte_exact(
     with open(out, "wb") as file:
         storage.download(url, file, len(data))
     assert out.read_bytes() == data
+
+
+def test_an_object_shorter_than_its_listed_size_fails_naming_the_url(s3: S3Server, tmp_path: Path) -> None:
+    """An object that shrank since it was sized is not taken as whole: the fetch fails, naming the URL
+    and asking whether it changed, after its retries."""
+    url = s3.url("storage/shrunk.bin")
+    Storage(s3.storage_options).write(url, b"x" * 1000)
+    storage = Storage(s3.storage_options, retries=1, backoff_s=0.01)
+    with open(tmp_path / "copy", "wb") as file, pytest.raises(StorageError) as caught:
+        storage.download(url, file, 1500)
+    assert url in str(caught.value) and "did the object change?" in str(caught.value)
+    assert storage.retried == 1

@@ -73,7 +73,9 @@ def get_into(
             while filled < len(piece):
                 count = response.readinto(piece[filled:])
                 if not count:
-                    raise ConnectionError(f"the body ended at byte {position + filled} of {end}")
+                    raise ConnectionError(
+                        f"the body ended at byte {position + filled} of {end}; did the object change?"
+                    )
                 filled += count
             out.write(piece)
             position += filled

@@ -170,6 +170,8 @@ class Storage:
         byte reached; anything else by ``RANGE_BYTES`` ranges, each retried on its own. ``cancel`` set
         stops it between pieces with InterruptedError.
         """
+        if size <= 0:
+            return
         scheme, rest = split_scheme(url)
         if scheme == "s3" and signed_get.plain_s3_settings(_s3_options(dict(self.storage_options))):
             fs, path = self._remote(scheme, rest)
