@@ -5,11 +5,13 @@ from __future__ import annotations
 import pickle
 import socket
 from pathlib import Path
+from typing import Any
 
 import pytest
 from s3_server import S3Server
 
 from loaderfactory.shards import Storage, StorageError, signed_get
+from loaderfactory.shards import storage as storage_module
 from loaderfactory.shards.storage import _s3_options
 
 
@@ -148,3 +150,44 @@ def test_an_object_shorter_than_its_listed_size_fails_naming_the_url(s3: S3Serve
         storage.download(url, file, 1500)
     assert url in str(caught.value) and "did the object change?" in str(caught.value)
     assert storage.retried == 1
+
+
+def test_a_store_refusing_signed_urls_is_read_through_s3fs(
+    s3: S3Server, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A signed GET answered with a refusal or a redirect (a bucket in another region, a store without
+    query-string signatures) is not an error: the rest of the object, and every later one, comes
+    through s3fs, and the copy is exact."""
+    data = bytes(range(256)) * 40
+    url = s3.url("storage/refused.bin")
+    Storage(s3.storage_options).write(url, data)
+    calls = []
+
+    def refuse_after_a_piece(signed: str, start: int, end: int, out: Any, *rest: Any) -> None:
+        calls.append(start)
+        out.write(data[start:1000])
+        raise signed_get.SignedUrlRefused("HTTP 301: Moved Permanently")
+
+    monkeypatch.setattr(signed_get, "get_into", refuse_after_a_piece)
+    monkeypatch.setattr(storage_module, "RANGE_BYTES", 4096)
+    storage = Storage(s3.storage_options)
+    for copy in ("first", "second"):
+        with open(tmp_path / copy, "wb") as file:
+            storage.download(url, file, len(data))
+        assert (tmp_path / copy).read_bytes() == data
+    assert calls == [0] and storage.retried == 0
+
+
+def test_a_signed_url_the_server_rejects_is_a_refusal(s3: S3Server, tmp_path: Path) -> None:
+    """The real server's answer to a signature it does not accept becomes SignedUrlRefused (so the
+    read goes through s3fs), never data and never a retry of the same URL."""
+    url = s3.url("storage/tampered.bin")
+    storage = Storage(s3.storage_options)
+    storage.write(url, b"abc" * 100)
+    fs, path = storage._remote("s3", url[len("s3://") :])
+    signed = fs.sign(path, expiration=60)
+    with open(tmp_path / "copy", "wb") as out:
+        signed_get.get_into(signed, 0, 300, out, None, 10)
+    assert (tmp_path / "copy").read_bytes() == b"abc" * 100
+    with open(tmp_path / "copy", "wb") as out, pytest.raises(signed_get.SignedUrlRefused, match="403"):
+        signed_get.get_into(signed.replace("Signature=", "Signature=0"), 0, 300, out, None, 10)

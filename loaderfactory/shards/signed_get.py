@@ -32,6 +32,11 @@ _PLAIN = {
 """Settings that change only how s3fs signs and addresses a GET, which a presigned URL carries."""
 
 
+class SignedUrlRefused(Exception):
+    """The store answered a signed URL with a refusal or a redirect (a bucket in another region, a
+    store without query-string signatures, a clock it finds skewed): read through s3fs instead."""
+
+
 def plain_s3_settings(options: Mapping[str, Any]) -> bool:
     """Whether s3fs's GETs with ``options`` (after ``storage._s3_options``) are what a presigned URL
     reproduces: nothing like ``requester_pays``, extra request arguments (SSE-C keys), ``verify`` or
@@ -47,18 +52,19 @@ def get_into(
 ) -> None:
     """Write bytes ``[start, end)`` of the object at ``signed_url`` to ``out``.
 
-    Raises FileNotFoundError (404), PermissionError (401, 403), InterruptedError (``cancel`` set
-    between pieces), or the HTTP or connection error as it came (a 5xx, a reset, a timeout, a body
-    ending early); what was written before the error stays written.
+    Raises FileNotFoundError (404), SignedUrlRefused (a 3xx or 4xx other than 404 and 416),
+    InterruptedError (``cancel`` set between pieces), or the HTTP or connection error as it came (a
+    5xx, a reset, a timeout, a body ending early); what was written before the error stays written.
     """
     request = urllib.request.Request(signed_url, headers={"Range": f"bytes={start}-{end - 1}"})
     try:
         response = urllib.request.urlopen(request, timeout=timeout_s, context=_tls_context())
     except urllib.error.HTTPError as err:
+        err.close()
         if err.code == 404:
             raise FileNotFoundError(f"HTTP 404: {err.reason}") from err
-        if err.code in (401, 403):
-            raise PermissionError(f"HTTP {err.code}: {err.reason}") from err
+        if 300 <= err.code < 500 and err.code not in (408, 416, 429):
+            raise SignedUrlRefused(f"HTTP {err.code}: {err.reason}") from err
         raise
     with response:
         if response.status != 206 and start > 0:

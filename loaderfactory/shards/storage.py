@@ -13,6 +13,7 @@ from __future__ import annotations
 import errno
 import gc
 import importlib
+import logging
 import os
 import threading
 import time
@@ -25,6 +26,7 @@ from loaderfactory.shards.errors import ShardNotFoundError, StorageError
 from loaderfactory.shards.stats import NoStats
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 REMOTE_SCHEMES = ("s3", "gs", "http", "https")
 _PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "https"}
 _INHERITED: list[dict[str, Any]] = []
@@ -91,6 +93,7 @@ class Storage:
         self.backoff_s = backoff_s
         self.retried = 0
         self.stats = stats or NoStats()
+        self._signed_gets = True
         self._filesystems: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -167,15 +170,20 @@ class Storage:
 
         An S3 object whose settings leave requests plain comes by one signed GET read without
         holding the GIL (:mod:`~loaderfactory.shards.signed_get`), a failed attempt retried from the
-        byte reached; anything else by ``RANGE_BYTES`` ranges, each retried on its own. ``cancel`` set
-        stops it between pieces with InterruptedError.
+        byte reached; anything else by ``RANGE_BYTES`` ranges, each retried on its own, and so does
+        the rest of the object and every later one once the store refuses a signed GET. ``cancel``
+        set stops it between pieces with InterruptedError.
         """
         if size <= 0:
             return
         scheme, rest = split_scheme(url)
-        if scheme == "s3" and signed_get.plain_s3_settings(_s3_options(dict(self.storage_options))):
+        begin = out.tell()
+        if (
+            scheme == "s3"
+            and self._signed_gets
+            and signed_get.plain_s3_settings(_s3_options(dict(self.storage_options)))
+        ):
             fs, path = self._remote(scheme, rest)
-            begin = out.tell()
             timeout_s = float(fs.config_kwargs.get("read_timeout", 60))
 
             def attempt() -> None:
@@ -185,10 +193,14 @@ class Storage:
                 except InterruptedError as err:
                     raise InterruptedError(f"{url}: {err}") from None
 
-            self._retry(url, attempt)
-            self.stats.add("bytes_remote", size)
-            return
-        for start in range(0, size, RANGE_BYTES):
+            try:
+                self._retry(url, attempt)
+                self.stats.add("bytes_remote", size)
+                return
+            except signed_get.SignedUrlRefused as refused:  # s3fs's own requests may still be let in
+                self._signed_gets = False
+                log.info("%s: a signed GET was refused (%s); reading through s3fs from now on", url, refused)
+        for start in range(out.tell() - begin, size, RANGE_BYTES):
             if cancel is not None and cancel.is_set():
                 raise InterruptedError(f"{url}: fetch into the cache cancelled")
             data = self.read_range(url, start, min(size, start + RANGE_BYTES))
@@ -309,7 +321,7 @@ def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
 def _transient(url: str, err: Exception) -> BaseException:
     """The failure behind ``err`` that a retry may fix; raises at once for the others (a missing
     object, a refused permission, a bad argument), naming ``url``."""
-    if isinstance(err, InterruptedError):  # a cancelled fetch: nothing to retry
+    if isinstance(err, (InterruptedError, signed_get.SignedUrlRefused)):  # cancelled; s3fs's turn
         raise err
     if isinstance(err, FileNotFoundError):
         lost = _lost_connection(err)
