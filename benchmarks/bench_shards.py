@@ -14,7 +14,9 @@ the first batch and peak PSS of the process tree. Also the time to the first bat
 at 90% of an epoch next to a fresh start's, and two floors: a bare ``tarfile`` loop over the tar
 members and reading the files' bytes. Prints a table, writes JSON (``--out``) and a plot (``--plot``).
 
-On a shared machine one run of a row can be off by half. ``--repeats N`` makes every run N times,
+``--before CHECKOUT`` also makes every ``ours`` run with the loaderfactory of another checkout (a
+``git worktree``), right after ours, as library ``ours@before``: a same-run comparison of two
+revisions. On a shared machine one run of a row can be off by half. ``--repeats N`` makes every run N times,
 in N rounds over all the rows (so a slow spell falls on every library alike), and reports each row's
 median run; the JSON keeps every round's figure under ``repeats``.
 """
@@ -37,7 +39,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests"))
 
-from bench_shards_report import plot, print_tables  # noqa: E402
+from bench_shards_report import BEFORE, plot, print_tables  # noqa: E402
 from bench_shards_write import LIBRARIES, Items, data_files, ensure_written, upload  # noqa: E402
 
 SETS = {"100KB": 100_000, "4KB": 4_000}
@@ -59,6 +61,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--out", default="bench_shards.json")
     parser.add_argument("--plot", default="bench_shards.png")
     parser.add_argument("--repeats", type=int, default=1, help="rounds over all rows; each row's median")
+    parser.add_argument(
+        "--before", help="a checkout of another revision: every ours run is made with it too, next to ours"
+    )
     args = parser.parse_args()
     if args.quick:
         args.scale, args.shard_mib, args.workers = 0.02, 4.0, "2"
@@ -69,11 +74,13 @@ def child(run: dict[str, Any]) -> dict[str, Any]:
     """``run`` measured in a fresh interpreter; a failure becomes ``n/a`` with the error's last line."""
     script = HERE / "bench_shards_run.py"
     try:
+        path = os.pathsep.join(filter(None, [run.get("checkout"), os.environ.get("PYTHONPATH")]))
         done = subprocess.run(
             [sys.executable, str(script), json.dumps(run)],
             capture_output=True,
             text=True,
             timeout=RUN_TIMEOUT_S,
+            env={**os.environ, "PYTHONPATH": path},
         )
     except subprocess.TimeoutExpired:
         return {"na": f"timed out after {RUN_TIMEOUT_S} s"}
@@ -139,6 +146,14 @@ def plan(args: argparse.Namespace, root: Path, s3: dict[str, Any] | None) -> lis
             run = {**base, "mode": "resume", "where": "warm", "library": library, "workers": max(workers)}
             runs.append({**run, "folder": str(folder), "shards": _shard_names(folder, ".tar")})
     return runs
+
+
+def with_before(runs: list[dict[str, Any]], checkout: str) -> list[dict[str, Any]]:
+    """``runs`` with each ours run followed by the same run of ``checkout``'s loaderfactory."""
+    before = {"library": BEFORE, "opener": "ours", "checkout": str(Path(checkout).resolve())}
+    return [
+        twin for run in runs for twin in ([run, {**run, **before}] if run["library"] == "ours" else [run])
+    ]
 
 
 def measure(run: dict[str, Any], number: int, total: int) -> dict[str, Any]:
@@ -218,6 +233,8 @@ def main() -> None:
                 for name in args.sets.split(","):
                     upload(root, root / library / name, server.storage_options, server.bucket)
         runs = plan(args, root, s3)
+        if args.before:
+            runs = with_before(runs, args.before)
         rounds = [
             [
                 measure(run, number + len(runs) * round_, len(runs) * args.repeats)

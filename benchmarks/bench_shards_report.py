@@ -6,6 +6,8 @@ from collections import defaultdict
 from typing import Any
 
 PEERS = ("wds", "litdata", "mosaic")
+BEFORE = "ours@before"
+"""The ours runs made with another checkout's loaderfactory (``bench_shards.py --before``)."""
 
 
 def _rate(result: dict[str, Any]) -> float | None:
@@ -62,6 +64,13 @@ def _print_goals(results: list[dict[str, Any]]) -> None:
             continue
         best = max(peers, key=lambda lib: peers[lib])
         print(f"| {name} | {where} | {workers} | {rates['ours'] / peers[best]:.2f} | {best} |")
+    compared = [(row, rates) for row, rates in rows.items() if "ours" in rates and BEFORE in rates]
+    if compared:
+        print("\n| set | where | workers | ours, before | ours, this checkout | after / before |")
+        print("|---|---|---|---:|---:|---:|")
+        for (name, where, workers), rates in compared:
+            before, after = rates[BEFORE], rates["ours"]
+            print(f"| {name} | {where} | {workers} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |")
 
 
 def plot(results: list[dict[str, Any]], path: str) -> None:

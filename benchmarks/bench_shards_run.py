@@ -63,7 +63,7 @@ def _close(loader: Any) -> None:
 
 
 def epoch(run: dict[str, Any]) -> dict[str, Any]:
-    reader = OPENERS[run["library"]](run)
+    reader = OPENERS[run.get("opener", run["library"])](run)
     memory = PeakPss()
     start = time.perf_counter()
     loader = reader.make(None)
@@ -89,7 +89,7 @@ def _first_batch_s(reader: Any, state: Any) -> float:
 
 
 def resume(run: dict[str, Any]) -> dict[str, Any]:
-    reader = OPENERS[run["library"]](run)
+    reader = OPENERS[run.get("opener", run["library"])](run)
     if reader.save is None:
         return {"na": "no resume: webdataset has no state_dict; a restart reads from the start"}
     fresh = _first_batch_s(reader, None)

@@ -52,7 +52,8 @@ def get_into(
 ) -> None:
     """Write bytes ``[start, end)`` of the object at ``signed_url`` to ``out``.
 
-    Raises FileNotFoundError (404), SignedUrlRefused (a 3xx or 4xx other than 404 and 416),
+    Raises FileNotFoundError (404), SignedUrlRefused (a 3xx, a 4xx other than 404, 408, 416 and
+    429, or a range asked for and the whole object sent),
     InterruptedError (``cancel`` set between pieces), or the HTTP or connection error as it came (a
     5xx, a reset, a timeout, a body ending early); what was written before the error stays written.
     """
@@ -68,7 +69,7 @@ def get_into(
         raise
     with response:
         if response.status != 206 and start > 0:
-            raise ConnectionError(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
+            raise SignedUrlRefused(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
         buffer = memoryview(bytearray(min(PIECE_BYTES, end - start)))
         position = start
         while position < end:

@@ -93,7 +93,8 @@ class Storage:
         self.backoff_s = backoff_s
         self.retried = 0
         self.stats = stats or NoStats()
-        self._signed_gets = True
+        self._signed_gets = signed_get.plain_s3_settings(_s3_options(self.storage_options))
+        """Whether S3 fetches go by signed GETs: the settings allow it, and no store refused one."""
         self._filesystems: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -178,11 +179,7 @@ class Storage:
             return
         scheme, rest = split_scheme(url)
         begin = out.tell()
-        if (
-            scheme == "s3"
-            and self._signed_gets
-            and signed_get.plain_s3_settings(_s3_options(dict(self.storage_options)))
-        ):
+        if scheme == "s3" and self._signed_gets:
             fs, path = self._remote(scheme, rest)
             timeout_s = float(fs.config_kwargs.get("read_timeout", 60))
 
@@ -306,12 +303,14 @@ def _http_options(options: dict[str, Any]) -> dict[str, Any]:
     return {**options, "client_kwargs": client}
 
 
-def _s3_options(options: dict[str, Any]) -> dict[str, Any]:
-    """s3fs arguments: ``region`` into the client, botocore's own retries off, bounded timeouts."""
+def _s3_options(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """s3fs arguments from ``settings`` (left as they are): ``region`` into the client, botocore's
+    own retries off, bounded timeouts."""
+    options = {**settings, "config_kwargs": {**(settings.get("config_kwargs") or {})}}
     region = options.pop("region", None)
     if region is not None:
-        options.setdefault("client_kwargs", {})["region_name"] = region
-    config = options.setdefault("config_kwargs", {})
+        options["client_kwargs"] = {**(options.get("client_kwargs") or {}), "region_name": region}
+    config = options["config_kwargs"]
     config.setdefault("retries", {"max_attempts": 1})
     config.setdefault("connect_timeout", 5)
     config.setdefault("read_timeout", 60)
