@@ -45,6 +45,7 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             shuffle_window=spec.shuffle_window,
             shard_format=spec.format,
             fetch=spec.fetch,
+            local_read_ahead=spec.local_read_ahead,
             progress=context.progress,
             **extra,
         )

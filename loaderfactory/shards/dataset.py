@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import logging
 import os
@@ -11,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, get_worker_info
 
 from loaderfactory.shards.batch_read import read_batch
 from loaderfactory.shards.broadcast import on_rank_zero
@@ -25,8 +26,10 @@ from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.predownload import Predownloader
 from loaderfactory.shards.private_folder import PrivateFolder
 from loaderfactory.shards.published_order import PublishedOrder
+from loaderfactory.shards.read_ahead import ReadAhead
+from loaderfactory.shards.read_ahead import supported as read_ahead_supported
 from loaderfactory.shards.stats import ShardStats, summarise
-from loaderfactory.shards.storage import Storage, is_remote
+from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.urls import expand_urls
 
@@ -72,6 +75,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             (once per machine with a shared ``cache_dir``) and read locally by every worker.
             ``"range"``: each read is a byte-range request and nothing is cached (every worker walks
             the tar headers itself); only for sparse reads of shards too large to fetch.
+        local_read_ahead: read each local shard opened into the OS page cache on a background thread,
+            and the next one when shards are read in stored order (:mod:`.read_ahead`).
         progress: show a progress bar on stderr while indexing shards that have no index.
 
     Attributes:
@@ -100,6 +105,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         cache_limit: int | None = None,
         predownload: int = 0,
         fetch: str = "whole",
+        local_read_ahead: bool = True,
         progress: bool = True,
     ) -> None:
         self.progress = progress
@@ -119,6 +125,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.visit_order: Sequence[int] | None = None
         self._visit_epoch: tuple[int, int] | None = None  # (seed, epoch) of visit_order
         self._predownloader: Predownloader | None = None
+        self.local_read_ahead = local_read_ahead and read_ahead_supported()
+        self._read_ahead: ReadAhead | None = None
         self._cache_limit, self.cache_is_private = cache_limit, cache_dir is None
         self._private: PrivateFolder | None = None
         self._published: PublishedOrder | None = None
@@ -252,7 +260,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         """
         if self.predownload and not self._open and self._must_fetch(number):
             self._predownload(position)
+        new = number not in self._open
         opened = self._shard(number)
+        if new and self.local_read_ahead and not is_remote(self.shards[number].url):
+            self._read_ahead_of(number, position)
         if self.predownload:
             self._predownload(position)
         return opened
@@ -303,6 +314,21 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         if loader is not None:
             loader.advance(index, self._current_order())
 
+    def _read_ahead_of(self, number: int, position: int) -> None:
+        """Read local shard ``number`` (just opened for sample ``position``) into the page cache
+        ahead of its reads, and the next one when reads follow stored order (``local_read_ahead``)."""
+        with self._lock:
+            ahead = self._read_ahead
+            if ahead is None or ahead.pid != os.getpid():  # none yet, or the parent's in a fork
+                if ahead is not None:
+                    ahead.close()
+                info = get_worker_info()
+                worker = None if info is None else (info.id, info.num_workers)
+                paths = [split_scheme(shard.url)[1] for shard in self.shards]
+                count = functools.partial(self.counters.add, "bytes_read_ahead")
+                ahead = self._read_ahead = ReadAhead(paths, self._ends, count, worker)
+        ahead.opened(number, position - (self._ends[number - 1] if number else 0))
+
     def _current_order(self) -> Sequence[int] | None:
         """``visit_order``, after taking up an epoch order published by another process."""
         published = None if self._published is None else self._published.read()
@@ -331,20 +357,25 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return Predownloader(self.cache, urls, self._ends, self.predownload, room)
 
     def close(self) -> None:
-        """Close the open shards and stop predownload threads; in the process that built the dataset,
-        remove its private folder too. Used again, it reopens shards (in a new private folder)."""
+        """Close the open shards and stop the predownload and read-ahead threads; in the process that
+        built the dataset, remove its private folder too. Used again, it reopens shards (in a new
+        private folder)."""
         with self._lock:
             while self._open:
                 self._open.popitem()[1].close()
             loader, self._predownloader = self._predownloader, None
+            ahead, self._read_ahead = self._read_ahead, None
         if loader is not None:
             loader.close()
+        if ahead is not None:
+            ahead.close()
         if self._private is not None:
             self._private.remove()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"], state["_lock"], state["_predownloader"] = OrderedDict(), None, None
+        state["_read_ahead"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

@@ -35,6 +35,7 @@ COUNTERS = (
     "evicted",  # cached shards deleted to make room
     "retries",  # remote requests retried after a transient error
     "opened",  # shards opened for reading
+    "bytes_read_ahead",  # read from local shards into the page cache ahead of their samples
 )
 _SLOT = {name: number for number, name in enumerate(COUNTERS)}
 _ROW_BYTES = 8 * len(COUNTERS)
@@ -170,6 +171,7 @@ def summarise(totals: dict[str, int], cached: bool) -> dict[str, Any]:
         "bytes_read": totals["bytes_remote"] + totals["bytes_local"],
         "bytes_read_remote": totals["bytes_remote"],
         "bytes_read_local": totals["bytes_local"],
+        "bytes_read_ahead": totals["bytes_read_ahead"],
         "fetch_wait_s": round(wait_ns / 1e9, 4),
         "remote_request_s": round(totals["remote_ns"] / 1e9, 4),
         "cache_hits": totals["hits"],

@@ -69,7 +69,9 @@ class ShardsDatasetSpec(Spec):
 
     location_fields = frozenset({"urls", "index"})
     # None of these changes which samples an epoch reads or in which order.
-    speed_only = frozenset({"storage_options", "retries", "open_shards", "cache", "predownload", "fetch"})
+    speed_only = frozenset(
+        {"storage_options", "retries", "open_shards", "cache", "predownload", "fetch", "local_read_ahead"}
+    )
 
     kind: Literal["shards"] = "shards"
     urls: str | list[str]
@@ -101,6 +103,10 @@ class ShardsDatasetSpec(Spec):
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
     """Samples ahead (per rank) whose shards are fetched into the cache in the background (the next
     shard always among them); 0: none."""
+    local_read_ahead: bool = True
+    """Local shards: a background thread reads each shard opened into the OS page cache, and the
+    next one when shards are read in stored order, so reads from a cold disk overlap decoding. On
+    a file system that several machines share, each machine reads whole shards: set false there."""
 
     @field_validator("urls")
     @classmethod
