@@ -66,11 +66,11 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str,
 def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[dict[str, Any]]:
     """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
     url = dataset.shards[shard].url
+    first = run[0] if run[0] >= 0 else run[0] + len(dataset)
     try:
         last = run[-1] if run[-1] >= 0 else run[-1] + len(dataset)
-        opened = dataset._opened(shard, last)
+        opened = dataset._opened(shard, last, first)
     except READ_ERRORS as err:  # dataset[i] would meet the same error, after the same retries again
-        first = run[0] if run[0] >= 0 else run[0] + len(dataset)
         raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err
     try:
         reader = getattr(opened, "sample_run", None)
@@ -79,7 +79,7 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         else:
             samples = [opened.sample(local + offset) for offset in range(len(run))]
     except StorageError as err:  # after the retries: read again one by one, each would retry again
-        first, count = (run[0] if run[0] >= 0 else run[0] + len(dataset)), len(run)
+        count = len(run)
         where = (
             f"while reading samples #{local} to #{local + count - 1} of the shard "
             f"(#{first} to #{first + count - 1} overall)"

@@ -250,8 +250,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`)."""
         return read_batch(self, indices)
 
-    def _opened(self, number: int, position: int) -> Shard:
-        """Shard ``number``, opened for reading sample ``position``, with ``predownload`` advanced.
+    def _opened(self, number: int, position: int, first: int | None = None) -> Shard:
+        """Shard ``number``, opened for reading samples ``first`` (default: ``position``) to
+        ``position``, with ``predownload`` advanced (and read-ahead started, if it was not open).
 
         The first shard a process reads (none open yet, so none held) has the fetches ahead start
         before its own fetch, to run beside it instead of after it: they take the cache's room
@@ -263,7 +264,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         new = number not in self._open
         opened = self._shard(number)
         if new and self.local_read_ahead and not is_remote(self.shards[number].url):
-            self._read_ahead_of(number, position)
+            self._read_ahead_of(number, position if first is None else first)
         if self.predownload:
             self._predownload(position)
         return opened
