@@ -216,3 +216,27 @@ def test_a_shard_gone_after_indexing_fails_its_read_not_the_read_ahead(
     with pytest.raises(ShardNotFoundError, match=urls[1]):
         dataset[COUNTS[0]]
     dataset.close()
+
+
+@pytest.mark.parametrize(
+    ("environment", "reads_ahead"),
+    [
+        ({"WORLD_SIZE": "4", "LOCAL_WORLD_SIZE": "4"}, True),  # torchrun on one machine
+        ({"WORLD_SIZE": "8", "LOCAL_WORLD_SIZE": "4"}, False),  # two machines
+        ({"SLURM_NNODES": "2"}, False),
+        ({"SLURM_NNODES": "1"}, True),
+    ],
+)
+def test_a_job_spanning_machines_reads_nothing_ahead(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, environment: dict[str, str], reads_ahead: bool
+) -> None:
+    """Each rank reads every world-size-th sample, so a machine of a multi-machine job reads only a
+    part of each shard: reading whole shards ahead there would multiply its reads."""
+    for name in ("WORLD_SIZE", "LOCAL_WORLD_SIZE", "SLURM_NNODES"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    dataset = ShardsDataset(_write_shards(tmp_path / "data", [4, 4]))
+    dataset[0]
+    assert (dataset._read_ahead is not None) is reads_ahead
+    dataset.close()

@@ -26,7 +26,7 @@ from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.predownload import Predownloader
 from loaderfactory.shards.private_folder import PrivateFolder
 from loaderfactory.shards.published_order import PublishedOrder
-from loaderfactory.shards.read_ahead import ReadAhead
+from loaderfactory.shards.read_ahead import ReadAhead, job_spans_machines
 from loaderfactory.shards.read_ahead import supported as read_ahead_supported
 from loaderfactory.shards.stats import ShardStats, summarise
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
@@ -76,7 +76,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             ``"range"``: each read is a byte-range request and nothing is cached (every worker walks
             the tar headers itself); only for sparse reads of shards too large to fetch.
         local_read_ahead: read each local shard opened into the OS page cache on a background thread,
-            and the next one when shards are read in stored order (:mod:`.read_ahead`).
+            and the next one when shards are read in stored order (:mod:`.read_ahead`); off where
+            the job's ranks span machines.
         progress: show a progress bar on stderr while indexing shards that have no index.
 
     Attributes:
@@ -126,6 +127,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self._visit_epoch: tuple[int, int] | None = None  # (seed, epoch) of visit_order
         self._predownloader: Predownloader | None = None
         self.local_read_ahead = local_read_ahead and read_ahead_supported()
+        if self.local_read_ahead and job_spans_machines():
+            log.info("local_read_ahead off: the job's ranks span machines, each reading part of each shard")
+            self.local_read_ahead = False
         self._read_ahead: ReadAhead | None = None
         self._cache_limit, self.cache_is_private = cache_limit, cache_dir is None
         self._private: PrivateFolder | None = None

@@ -11,7 +11,8 @@ A piece whose first and last pages are already in the page cache is skipped, aft
 probe of each that fails instead of waiting for the disk (``RWF_NOWAIT``), so a warm disk costs
 next to nothing. In a DataLoader worker, only the shards whose number modulo the worker count is
 the worker's id are read ahead: the workers read batches of every shard between them, and one read
-fills the cache for all of them.
+fills the cache for all of them. A job whose ranks span machines reads nothing ahead
+(:func:`job_spans_machines`): each machine reads only a part of each shard.
 """
 
 from __future__ import annotations
@@ -34,6 +35,18 @@ log = logging.getLogger(__name__)
 def supported() -> bool:
     """Whether this platform has the positioned reads read-ahead uses."""
     return hasattr(os, "preadv")
+
+
+def job_spans_machines() -> bool:
+    """Whether the launcher says this job's ranks run on more than one machine: torchrun's
+    ``WORLD_SIZE`` above its ``LOCAL_WORLD_SIZE``, or SLURM's ``SLURM_NNODES`` above 1. Each rank
+    then reads every ``WORLD_SIZE``-th sample, and a machine only a part of each shard."""
+    world, local = os.environ.get("WORLD_SIZE", ""), os.environ.get("LOCAL_WORLD_SIZE", "")
+    nodes = os.environ.get("SLURM_NNODES", "1")
+    try:
+        return bool(world and local and int(world) > int(local)) or int(nodes) > 1
+    except ValueError:
+        return False
 
 
 class ReadAhead:
