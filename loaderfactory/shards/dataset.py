@@ -21,6 +21,7 @@ from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
 from loaderfactory.shards.errors import READ_ERRORS, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
+from loaderfactory.shards.index_cache import cached_index_path, index_through_cache
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.predownload import Predownloader
@@ -64,7 +65,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             temporary folder created now (shared by the workers this process starts later, removed
             by :meth:`close`, when the dataset is collected, or at exit; see
             :mod:`~loaderfactory.shards.private_folder`). Local shards are always read in place.
-            See :class:`ShardCache`.
+            See :class:`ShardCache`. Remote shards with no index beside them have the index built
+            here kept in ``cache_dir`` for the next start (:mod:`.index_cache`).
         cache_limit: the most bytes of shards the cache keeps (least recently used evicted first,
             never a shard open anywhere on the machine); None: no bound with ``cache_dir``, and
             for the private folder what open shards and predownload need
@@ -82,8 +84,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     Attributes:
         cache_is_private: True when remote shards go to the private temporary folder (no ``cache_dir``).
-        index_source: where the index came from: its URL, ``"given"``, or ``"built"`` (no index
-            beside the shards: each was read once to count its samples).
+        index_source: where the index came from: its URL, ``"given"``, the index kept in
+            ``cache_dir`` (:mod:`.index_cache`), or ``"built"`` (no index beside the shards: each
+            was read once to count its samples).
         visit_order: the order the coming reads follow (global sample indices), for ``predownload``;
             None: stored order. :meth:`epoch_order` sets it and publishes ``(seed, epoch)`` in the
             private folder, where DataLoader workers (forked or spawned, persistent or not) pick it
@@ -115,7 +118,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.storage = Storage(storage_options, retries, stats=self.counters)
         self.shard_format, self.fetch = shard_format, fetch
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
-        found = on_rank_zero(lambda: self._find(urls, index), "reading the shards index")
+        found = on_rank_zero(lambda: self._find(urls, index, cache_dir), "reading the shards index")
         self.urls, self.shards, self.index_source = found
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
@@ -182,26 +185,29 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return summarise(self.counters.totals(), cached=self.cache is not None)
 
     def _find(
-        self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None
+        self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None, cache_dir: str | None
     ) -> tuple[list[str], list[ShardInfo], str]:
         self.urls = expand_urls(urls, self.storage)
         if not self.urls:
             raise FileNotFoundError(f"{urls!r}: matched no shards")
-        return self.urls, *self._index(index)
+        return self.urls, *self._index(index, cache_dir)
 
-    def _index(self, index: str | Sequence[ShardInfo] | None) -> tuple[list[ShardInfo], str]:
+    def _index(
+        self, index: str | Sequence[ShardInfo] | None, cache_dir: str | None
+    ) -> tuple[list[ShardInfo], str]:
         """The shards' entries and where they came from (:attr:`index_source`)."""
         if index is None:
             found = find_index(self.urls, self.storage)
             if found is not None:
                 return found, index_url(self.urls)
+            if cache_dir is not None and any(is_remote(url) for url in self.urls):
+                return index_through_cache(cache_dir, self.urls, self.storage, self._build_index)
             log.info(
                 "no index at %s: reading %d shard(s) once to count samples",
                 index_url(self.urls),
                 len(self.urls),
             )
-            built = build_index(self.urls, self.storage, self.progress, forced=self.shard_format)
-            return built, "built"
+            return self._build_index(self.urls), "built"
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
         absent = [url for url in self.urls if url not in known]
@@ -211,6 +217,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 f" ({len(absent)} shard(s) missing); index the shards again"
             )
         return [known[url] for url in self.urls], index if isinstance(index, str) else "given"
+
+    def _build_index(self, urls: Sequence[str]) -> list[ShardInfo]:
+        return build_index(urls, self.storage, self.progress, forced=self.shard_format)
 
     def __len__(self) -> int:
         return self._ends[-1] if self._ends else 0
@@ -273,6 +282,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._predownload(position)
         return opened
 
+    def _index_again(self) -> str:
+        """What to do about an index that no longer matches its shards."""
+        if self.cache is not None and self.index_source == str(cached_index_path(self.cache.dir, self.urls)):
+            return f"delete the cached index {self.index_source} to index the shards again"
+        return "index it again"
+
     def _must_fetch(self, number: int) -> bool:
         url = self.shards[number].url
         return self.cache is not None and is_remote(url) and not self.cache.path_of(url).exists()
@@ -292,7 +307,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 opened.close()
                 raise ShardError(
                     f"{info.url}: has {len(opened)} samples but the index says {info.samples};"
-                    " the shard changed since it was indexed: index it again"
+                    f" the shard changed since it was indexed: {self._index_again()}"
                 )
             self._open[number] = opened
             self.storage.stats.add("opened")

@@ -1,0 +1,63 @@
+"""Indexes kept in the shards cache, for remote shards with no index beside them.
+
+A bucket the job cannot write (a public data set, a read-only role) holds no
+``loaderfactory-shards.json``, and reading every shard's headers again at each start costs minutes.
+With a ``cache.dir``, the index built at the first start is saved there as
+``index-<16 hex digits of sha1(where the index would be beside the shards)>.json`` and read at the
+next start; shards added to the folder since are indexed alone and added to it. The cache never
+evicts it (it evicts only shard files, named ``<16 hex digits>.<shard name>``).
+
+A saved entry holds a shard's sample count as it was then: a shard rewritten with another count is
+caught when it is opened (:class:`~loaderfactory.shards.errors.ShardError` naming this file, to be
+deleted), never read with wrong offsets, which come from the shard itself.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.index import ShardInfo, index_url, load_index, save_index
+from loaderfactory.shards.storage import Storage
+
+log = logging.getLogger(__name__)
+
+
+def cached_index_path(cache_dir: str | Path, urls: Sequence[str]) -> Path:
+    """Where the cache keeps the index of ``urls``."""
+    digest = hashlib.sha1(index_url(urls).encode()).hexdigest()[:16]
+    return Path(cache_dir) / f"index-{digest}.json"
+
+
+def index_through_cache(
+    cache_dir: str | Path,
+    urls: Sequence[str],
+    storage: Storage,
+    build: Callable[[Sequence[str]], list[ShardInfo]],
+) -> tuple[list[ShardInfo], str]:
+    """The entries of ``urls`` from the index saved in ``cache_dir``, ``build`` making those it lacks
+    (then saved with the rest); with where they came from: the saved file's path, or ``"built"``."""
+    path = cached_index_path(cache_dir, urls)
+    known: dict[str, ShardInfo] = {}
+    try:
+        known = {info.url: info for info in load_index(str(path), storage)}
+    except FileNotFoundError:
+        pass
+    except ShardError as err:  # written by another version, or damaged: index again, overwrite it
+        log.warning("ignoring the cached index: %s", err)
+    absent = [url for url in urls if url not in known]
+    if not absent:
+        log.info("shards index read from the cache: %s", path)
+        return [known[url] for url in urls], str(path)
+    log.info(
+        "no index at %s: reading %d shard(s) once to count samples (saved to %s for the next start)",
+        index_url(urls),
+        len(absent),
+        path,
+    )
+    known.update((info.url, info) for info in build(absent))
+    save_index(list(known.values()), str(path), storage)
+    return [known[url] for url in urls], "built"
