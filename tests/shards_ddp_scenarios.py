@@ -15,7 +15,8 @@ uneven`` unless said otherwise):
 * ``save``: for each worker count of ``--workers``, takes K batches and writes their ids; rank 0
   also writes its state to OUT.
 * ``resume``: for each worker count of ``--workers``, loads the state saved (at another world size)
-  with the matching count of ``--saved-workers`` and writes the rest of the epoch.
+  with the matching count of ``--saved-workers`` and writes the rest of the epoch and the shards the
+  rank's processes opened for it.
 * ``missing``: builds over a folder that does not exist and writes the error each rank raised.
 """
 
@@ -60,6 +61,21 @@ def _read(self: Storage, url: str, *, _read: Callable[..., bytes] = Storage.read
 Storage.list = _counted("list", Storage.list)  # type: ignore[method-assign]
 Storage.read = _read  # type: ignore[method-assign]
 shards_dataset.build_index = _counted("build index", shards_dataset.build_index)
+OPENED_LOG: list[Path | None] = [None]
+"""Where every process of this rank (DataLoader workers forked from it too) logs the shards it opens."""
+
+
+def _open_shard(
+    self: Any, info: Any, *, _open: Callable[..., Any] = shards_dataset.ShardsDataset._open_shard
+) -> Any:
+    log = OPENED_LOG[0]
+    if log is not None:
+        with log.open("a") as out:  # one short appended line: whole, whatever process writes it
+            out.write(f"{info.url}\n")
+    return _open(self, info)
+
+
+shards_dataset.ShardsDataset._open_shard = _open_shard  # type: ignore[method-assign]
 
 
 def build(kind: str, data: str, balance: str = "uneven", workers: int = 0) -> loaderfactory.Loader:
@@ -103,9 +119,13 @@ def save(kind: str, args: argparse.Namespace) -> dict[str, Any]:
 def resume(kind: str, args: argparse.Namespace) -> dict[str, Any]:
     record = {}
     for workers, saved in zip(args.workers, args.saved_workers or args.workers, strict=True):
+        log = OPENED_LOG[0] = args.out / f"opened.{kind}.{saved}-{workers}.rank{dist.get_rank()}.log"
         with build(kind, args.data, workers=workers) as loader:
             loader.load_state_dict(json.loads((args.out / f"state.{kind}.w{saved}.json").read_text()))
-            record[f"{saved}->{workers}"] = {"rest": ids(loader), "len": len(loader)}
+            rest, length = ids(loader), len(loader)
+        OPENED_LOG[0] = None
+        opened = sorted(set(log.read_text().splitlines())) if log.exists() else []
+        record[f"{saved}->{workers}"] = {"rest": rest, "len": length, "opened": opened}
     return record
 
 

@@ -9,6 +9,8 @@ costs seconds, so every check shares three torchrun runs (a module fixture): 4 r
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import os
 import subprocess
@@ -29,6 +31,7 @@ KINDS = ("torch", "sharded")
 COUNTS_4 = [9, 4, 11, 7, 6, 10, 5, 3]
 """55 samples in 8 uneven shards: 4 ranks divide neither the samples nor the shards' lengths."""
 TOTAL_4 = sum(COUNTS_4)
+ENDS_4 = list(itertools.accumulate(COUNTS_4))
 STEPS_4 = 2
 """Batches each of the 4 ranks takes before its state is saved."""
 Records = dict[str, list[dict[str, Any]]]
@@ -52,6 +55,11 @@ def _records(scenario: str, world_size: int, out: Path) -> list[dict[str, Any]]:
     return [
         json.loads((out / f"{scenario}-w{world_size}-rank{r}.json").read_text()) for r in range(world_size)
     ]
+
+
+def _shard_number(url: str) -> int:
+    """7 for ``.../train-000007.tar``."""
+    return int(url.rsplit("-", 1)[1].split(".")[0])
 
 
 def _indexed_shards(folder: Path, counts: list[int]) -> Path:
@@ -140,9 +148,14 @@ def test_a_state_saved_at_four_ranks_resumes_at_two_with_every_remaining_id_once
     ranks: Records, saved: int, loaded: int
 ) -> None:
     """Saved mid-epoch at 4 ranks (with 0 or 2 workers), resumed at 2 (with the other count): the
-    samples before and after, counted over every rank, are the epoch's, each exactly once."""
+    samples before and after, counted over every rank, are the epoch's, each exactly once, and
+    each rank opens only the shards that hold its part of the rest."""
     for kind in KINDS:
         head = [i for record in ranks["save4"] for i in record[kind][str(saved)]["head"]]
         rest = [i for record in ranks["resume2"] for i in record[kind][f"{saved}->{loaded}"]["rest"]]
         assert len(head) == STEPS_4 * 4 * 4, kind
         assert Counter(head + rest) == Counter(range(TOTAL_4)), kind
+        for record in ranks["resume2"]:  # each rank opened only the shards that hold its part
+            resumed = record[kind][f"{saved}->{loaded}"]
+            needed = {bisect.bisect_right(ENDS_4, i) for i in resumed["rest"]}
+            assert {_shard_number(url) for url in resumed["opened"]} == needed, kind
