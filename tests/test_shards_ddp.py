@@ -23,6 +23,7 @@ import pytest
 from shards_data import write_tar_shards
 
 from loaderfactory.shards import Storage, build_index, index_url, save_index
+from loaderfactory.shards.order import window_order
 
 ROOT = Path(__file__).resolve().parent.parent
 COUNTS = [9, 4, 11, 7, 6, 10, 5]
@@ -34,6 +35,8 @@ TOTAL_4 = sum(COUNTS_4)
 ENDS_4 = list(itertools.accumulate(COUNTS_4))
 STEPS_4 = 2
 """Batches each of the 4 ranks takes before its state is saved."""
+SEED = 11
+"""The seed ``tests/shards_ddp_scenarios.py`` builds its loaders with."""
 Records = dict[str, list[dict[str, Any]]]
 
 
@@ -94,7 +97,8 @@ def ranks(tmp_path_factory: pytest.TempPathFactory) -> Records:
 @pytest.mark.slow
 def test_only_rank_0_reads_the_index_and_parts_cover_the_data(ranks: Records) -> None:
     """Rank 0 lists the shards and reads the index once; rank 1 neither lists nor reads, yet both
-    agree: per epoch their parts are disjoint and cover every sample."""
+    agree: per epoch their parts are disjoint, cover every sample, and interleave to the one
+    window order that a single process reads."""
     records = ranks["parts"]
     for kind in KINDS:
         assert records[0][kind]["calls"] == {"list": 1, "read index": 1}, kind
@@ -102,6 +106,9 @@ def test_only_rank_0_reads_the_index_and_parts_cover_the_data(ranks: Records) ->
         for epoch in (0, 1):
             first, second = (r[kind]["epochs"][epoch] for r in records)
             assert Counter(first + second) == Counter(range(TOTAL)), (kind, epoch)
+            # the one global order, whatever the world size: rank r takes its every second sample
+            order = window_order(COUNTS, SEED, epoch, 2).tolist()
+            assert [first, second] == [order[0::2], order[1::2]], (kind, epoch)
         assert records[0][kind]["epochs"][0] != records[0][kind]["epochs"][1], kind
 
 
