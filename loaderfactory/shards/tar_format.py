@@ -14,6 +14,8 @@ import weakref
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+import numpy as np
+
 from loaderfactory.shards.decode import Decode, decode_error, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
@@ -126,7 +128,8 @@ class TarShard:
 
     def _read(self, start: int, end: int) -> memoryview:
         """Bytes ``[start, end)`` (fewer where the shard ends first): one ``pread`` on a local shard's
-        file, kept open, into a writable buffer that decoded arrays can share without a copy."""
+        file, kept open, into a writable buffer that decoded arrays can share without a copy (left
+        uninitialised: the read fills what is returned)."""
         scheme, path = split_scheme(self.url)
         if scheme != "file":
             return memoryview(self.storage.read_range(self.url, start, end))
@@ -136,7 +139,7 @@ class TarShard:
             except FileNotFoundError:
                 raise missing(self.url) from None
             self._closer = weakref.finalize(self, os.close, self._fd)
-        buffer = bytearray(end - start)
+        buffer = np.empty(end - start, np.uint8)
         got = os.preadv(self._fd, [buffer], start)
         self.storage.stats.add("bytes_local", got)
         return memoryview(buffer)[:got]
