@@ -139,10 +139,10 @@ class TarShard:
             except FileNotFoundError:
                 raise missing(self.url) from None
             self._closer = weakref.finalize(self, os.close, self._fd)
-        buffer = np.empty(end - start, np.uint8)
+        buffer = memoryview(np.empty(end - start, np.uint8))  # type: ignore[arg-type]  # a buffer
         got = os.preadv(self._fd, [buffer], start)
         self.storage.stats.add("bytes_local", got)
-        return memoryview(buffer)[:got]
+        return buffer[:got]
 
     def __len__(self) -> int:
         return len(self.samples)
