@@ -29,6 +29,7 @@ from loaderfactory.shards import (
     Storage,
     StorageError,
     build_index,
+    load_index,
     save_index,
 )
 from loaderfactory.shards import storage as storage_module
@@ -63,9 +64,13 @@ def _served_shards(
 
 
 def _only_whole_shards_in(cache: Path, data: Path) -> None:
-    """Every file of the cache folder is a lock file or a whole copy of a shard, nothing partial."""
+    """Every file of the cache folder is a lock file, the shards' whole index, or a whole copy of a
+    shard, nothing partial."""
     for name in os.listdir(cache):
         if name.endswith(".lock"):
+            continue
+        if re.fullmatch(r"index-[0-9a-f]{16}\.json", name):
+            assert len(load_index(str(cache / name), Storage())) == len(COUNTS)
             continue
         cached = re.fullmatch(r"[0-9a-f]{16}\.(train-\d{6}\.tar)", name)
         assert cached, f"{name!r} in the cache folder is no cached shard"

@@ -41,8 +41,8 @@ def scan_tar(storage: Storage, url: str) -> TarTable:
     size = storage.size(url)
     with open_shard(storage, url, size) as file:
         blocks = header_blocks(file, size)
-        if blocks is not None and blocks.dense:
-            storage.stats.add("bytes_local", size)  # it looked at every page
+        if blocks is not None and blocks.mapped:
+            storage.stats.add("bytes_local", blocks.mapped)  # looked at without a read
         grouped = None if blocks is None else group_members(blocks, size)
         if grouped is not None and blocks is not None:
             samples, end = grouped, blocks.end

@@ -9,7 +9,9 @@ checksum, a cut-off header, an empty archive) makes it give up, and the caller r
 
 from __future__ import annotations
 
+import contextlib
 import mmap
+from collections.abc import Iterator
 from typing import BinaryIO, NamedTuple
 
 import numpy as np
@@ -131,12 +133,14 @@ def walk_canonical(file: BinaryIO, size: int) -> Walked | None:
     return None if blocks is None else _files(*blocks)
 
 
-def _canonical_blocks(file: BinaryIO, size: int) -> Blocks | None:
+def _canonical_blocks(file: BinaryIO, size: int, mapped: bytes | mmap.mmap = b"") -> Blocks | None:
+    """The headers walked one after the other: in ``mapped`` (a memory map of the whole file: no
+    read call per header, where a shard of 100 KB samples has two headers a sample), else by reads."""
     offsets: list[int] = []
     sizes: list[int] = []
     headers: list[bytes] = []
     offset = chunk_start = 0
-    chunk, read_size = b"", CHUNK
+    chunk, read_size = mapped, CHUNK
     while offset + BLOCK <= size:
         at = offset - chunk_start
         if at + BLOCK > len(chunk):
@@ -248,8 +252,9 @@ class HeaderBlocks(NamedTuple):
     sizes: np.ndarray
     name_lengths: np.ndarray
     end: int
-    dense: bool
-    """Found by :func:`walk_dense`, which looked at every page of the file."""
+    mapped: int
+    """Bytes of the file looked at through a memory map, not read (to count as read): every page
+    for :func:`walk_dense`, the pages holding headers for a local file's walk one by one."""
 
 
 def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
@@ -257,16 +262,34 @@ def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
     member is a regular file; None otherwise (then :func:`walk_members` reads the archive by the
     rules)."""
     blocks = _dense_blocks(file, size)
-    dense = blocks is not None
+    mapped = size if blocks is not None else 0
     if blocks is None:
-        blocks = _canonical_blocks(file, size)
+        with _memory_map(file, size) as whole:
+            blocks = _canonical_blocks(file, size, b"" if whole is None else whole)
+        if blocks is not None and whole is not None:
+            mapped = len(np.unique(blocks[1] // PAGE)) * PAGE  # the pages holding headers
     if blocks is None:
         return None
     headers, offsets, sizes, end = blocks
     checked = _checked(headers, sizes)
     if checked is None or checked[0].any():
         return None
-    return HeaderBlocks(headers, offsets + BLOCK, sizes, checked[1], end, dense)
+    return HeaderBlocks(headers, offsets + BLOCK, sizes, checked[1], end, min(mapped, size))
+
+
+@contextlib.contextmanager
+def _memory_map(file: BinaryIO, size: int) -> Iterator[mmap.mmap | None]:
+    """A read-only map of a local ``file``'s ``size`` bytes; None for a remote shard's range reads,
+    an empty file, or a file system that maps nothing."""
+    try:
+        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) if size else None
+    except (AttributeError, OSError, ValueError):
+        mapped = None
+    if mapped is None:
+        yield None
+        return
+    with mapped:
+        yield mapped
 
 
 def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
