@@ -68,7 +68,9 @@ def _ids(loader: DataLoader[dict[str, object]]) -> Counter[int]:
 
 
 def _cached(cache_dir: Path) -> list[str]:
-    return sorted(name for name in os.listdir(cache_dir) if not name.startswith("."))
+    """The shards in the cache folder (not its lock files, nor the index kept there)."""
+    names = os.listdir(cache_dir)
+    return sorted(name for name in names if not name.startswith(".") and not name.startswith("index-"))
 
 
 def test_two_workers_fetch_each_shard_once(
