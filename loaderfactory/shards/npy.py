@@ -39,7 +39,7 @@ def npy_array(data: bytes | memoryview) -> np.ndarray | None:
 def npy_tensor(data: bytes | memoryview) -> torch.Tensor | None:
     """:func:`npy_array` as a tensor; a one-dimensional array in a writable buffer is viewed by
     torch directly (``torch.frombuffer``: a third of numpy's and ``from_numpy``'s cost)."""
-    view = memoryview(data)
+    view = data if isinstance(data, memoryview) else memoryview(data)
     parsed = _header(view)
     if parsed is None:
         return None
@@ -48,7 +48,8 @@ def npy_tensor(data: bytes | memoryview) -> torch.Tensor | None:
         if start + shape[0] * dtype.itemsize > len(view):
             raise ValueError(f"the .npy data is cut off: {len(view) - start} bytes for shape {shape}")
         tensor = torch.frombuffer(view, dtype=torch_dtype, count=shape[0], offset=start)
-        return tensor if tensor.data_ptr() % dtype.itemsize == 0 else tensor.clone()
+        aligned = dtype.itemsize == 1 or tensor.data_ptr() % dtype.itemsize == 0
+        return tensor if aligned else tensor.clone()
     array = npy_array(view)
     return None if array is None else torch.from_numpy(array)
 
@@ -62,7 +63,7 @@ def _header(view: memoryview) -> _Parsed | None:
     The header seen last is tried first: one comparison where a field's arrays share a header."""
     global _last  # replaced in one assignment: safe across threads
     last_header, last_parsed = _last
-    if view[: len(last_header)] == last_header:
+    if bytes(view[: len(last_header)]) == last_header:  # quicker than comparing the memoryview
         return last_parsed
     parsed = _header_of(view)
     if parsed is not None:
