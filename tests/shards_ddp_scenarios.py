@@ -65,17 +65,28 @@ OPENED_LOG: list[Path | None] = [None]
 """Where every process of this rank (DataLoader workers forked from it too) logs the shards it opens."""
 
 
-def _open_shard(
-    self: Any, info: Any, *, _open: Callable[..., Any] = shards_dataset.ShardsDataset._open_shard
-) -> Any:
+def _logged(url: str) -> None:
     log = OPENED_LOG[0]
     if log is not None:
         with log.open("a") as out:  # one short appended line: whole, whatever process writes it
-            out.write(f"{info.url}\n")
-    return _open(self, info)
+            out.write(f"{url}\n")
+
+
+OPEN_SHARD, OPEN_LOCAL = shards_dataset.ShardsDataset._open_shard, shards_dataset.ShardsDataset._open_local
+
+
+def _open_shard(self: Any, info: Any) -> Any:
+    _logged(info.url)
+    return OPEN_SHARD(self, info)
+
+
+def _open_local(self: Any, number: int) -> Any:  # opened ahead of its reads
+    _logged(self.shards[number].url)
+    return OPEN_LOCAL(self, number)
 
 
 shards_dataset.ShardsDataset._open_shard = _open_shard  # type: ignore[method-assign]
+shards_dataset.ShardsDataset._open_local = _open_local  # type: ignore[method-assign]
 
 
 def build(kind: str, data: str, balance: str = "uneven", workers: int = 0) -> loaderfactory.Loader:

@@ -7,8 +7,10 @@ import logging
 import mmap
 import os
 import sys
+import threading
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -17,7 +19,9 @@ from shards_data import npy_bytes, tar_bytes
 import loaderfactory
 from loaderfactory.shards import ShardsDataset, Storage, build_index, index_url, save_index
 from loaderfactory.shards.errors import ShardNotFoundError
+from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.read_ahead import PIECE, ReadAhead
+from loaderfactory.shards.tar_format import TarShard
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="page cache checks use mincore (Linux)"
@@ -240,3 +244,73 @@ def test_a_job_spanning_machines_reads_nothing_ahead(
     dataset[0]
     assert (dataset._read_ahead is not None) is reads_ahead
     dataset.close()
+
+
+def test_in_stored_order_the_next_shard_is_opened_ahead_and_taken(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After two shards opened in a row, the next one's headers are walked on a background thread;
+    the reads then take that shard instead of walking it again, and every sample is its own."""
+    urls = _write_shards(tmp_path / "data", [5, 5, 5, 5])
+    walked: list[str] = []
+    walk = TarShard.__init__
+
+    def counted(self: TarShard, storage: Any, url: str, *args: Any) -> None:
+        walked.append(url)
+        walk(self, storage, url, *args)
+
+    monkeypatch.setattr(TarShard, "__init__", counted)
+    dataset = ShardsDataset(urls)
+    ids = [int(sample["cls"]) for sample in dataset.__getitems__(list(range(20)))]
+    assert ids == list(range(20))
+    assert sorted(walked) == urls  # each shard walked once: shards 2 and 3 ahead of their reads
+    assert dataset._next is not None and dataset.stats()["shards_opened"] == 4
+    dataset.close()
+    assert dataset._next is None
+    assert not [t for t in threading.enumerate() if t.name == "loaderfactory-next-shard"]
+
+
+def test_a_shuffled_order_opens_nothing_ahead(tmp_path: Path) -> None:
+    urls = _write_shards(tmp_path / "data", [5, 5, 5, 5, 5])
+    dataset = ShardsDataset(urls)
+    for number in (3, 0, 4, 1):
+        dataset[number * 5]
+    assert dataset._next is None
+    dataset.close()
+
+
+def test_a_shard_that_fails_to_open_ahead_fails_its_own_read(tmp_path: Path) -> None:
+    """Opened ahead or not, a shard gone since indexing raises ShardNotFoundError naming it when
+    its samples are read, and the samples before it are whole."""
+    urls = _write_shards(tmp_path / "data", [4, 4, 4])
+    dataset = ShardsDataset(urls)
+    os.remove(urls[2])
+    assert [int(s["cls"]) for s in dataset.__getitems__(list(range(8)))] == list(range(8))
+    with pytest.raises(ShardNotFoundError, match=urls[2]):
+        dataset[8]
+    dataset.close()
+
+
+def test_next_shard_closes_a_shard_opened_and_never_taken() -> None:
+    closed: list[int] = []
+
+    class Opened:
+        def __init__(self, number: int) -> None:
+            self.number = number
+
+        def close(self) -> None:
+            closed.append(self.number)
+
+    ahead = NextShard(Opened)  # type: ignore[arg-type]  # stands in for a shard
+    ahead.want(1)
+    taken = ahead.take(1)
+    assert isinstance(taken, Opened) and taken.number == 1 and ahead.take(1) is None
+    ahead.want(2)
+    ahead.want(3)  # 2 no longer wanted: closed once opened
+    opened = ahead.take(3)
+    assert isinstance(opened, Opened) and opened.number == 3
+    ahead.want(4)
+    ahead.close()  # waits for 4's opening, then closes it
+    assert sorted(closed) == [2, 4]
+    ahead.want(5)
+    assert ahead.take(5) is None  # nothing starts after close

@@ -33,8 +33,9 @@ def _append(log: Path, line: str) -> None:
 
 @pytest.fixture
 def reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A log of every shard opened (``open <url>``) and every index asked for (``read <i>...``) by
-    any process reading a :class:`ShardsDataset`, DataLoader workers included."""
+    """A log of every shard opened (``open <url>``: as asked for, or ahead of it) and every index
+    asked for (``read <i>...``) by any process reading a :class:`ShardsDataset`, DataLoader
+    workers included."""
     log = tmp_path / "reads.log"
     open_shard, get_items, get_item = (
         ShardsDataset._open_shard,
@@ -61,7 +62,12 @@ def reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             _append(log, f"read {index}")
         return get_item(self, index)
 
+    def logged_open_ahead(self: ShardsDataset, number: int, *, _open: Any = ShardsDataset._open_local) -> Any:
+        _append(log, f"open {self.shards[number].url}")
+        return _open(self, number)
+
     monkeypatch.setattr(ShardsDataset, "_open_shard", logged_open)
+    monkeypatch.setattr(ShardsDataset, "_open_local", logged_open_ahead)
     monkeypatch.setattr(ShardsDataset, "__getitems__", logged_items)
     monkeypatch.setattr(ShardsDataset, "__getitem__", logged_item)
     return log

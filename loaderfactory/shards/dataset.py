@@ -22,6 +22,7 @@ from loaderfactory.shards.decode import Decode
 from loaderfactory.shards.errors import READ_ERRORS, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
 from loaderfactory.shards.index_cache import cached_index_path, index_through_cache
+from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
 from loaderfactory.shards.predownload import Predownloader
@@ -134,6 +135,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             log.info("local_read_ahead off: the job's ranks span machines, each reading part of each shard")
             self.local_read_ahead = False
         self._read_ahead: ReadAhead | None = None
+        self._next: NextShard | None = None  # the next local shard, opened ahead with read-ahead
+        self._last_opened, self._in_order = -2, 0  # shards opened in a row in stored order
         self._cache_limit, self.cache_is_private = cache_limit, cache_dir is None
         self._private: PrivateFolder | None = None
         self._published: PublishedOrder | None = None
@@ -278,6 +281,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         opened = self._shard(number)
         if new and self.local_read_ahead and not is_remote(self.shards[number].url):
             self._read_ahead_of(number, position if first is None else first)
+            self._in_order = self._in_order + 1 if number == self._last_opened + 1 else 0
+            self._last_opened = number
+            if self._in_order >= 2:  # two shards in a row in stored order: the next one comes next
+                self._open_ahead(number + 1)
         if self.predownload:
             self._predownload(position)
         return opened
@@ -302,7 +309,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             while len(self._open) >= self.open_shards:
                 self._open.popitem(last=False)[1].close()
             info = self.shards[number]
-            opened = self._open_shard(info)
+            ahead = self._next
+            opened = None if ahead is None or ahead.pid != os.getpid() else ahead.take(number)
+            if opened is None:
+                opened = self._open_shard(info)
             if len(opened) != info.samples:
                 opened.close()
                 raise ShardError(
@@ -333,6 +343,26 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 loader = self._predownloader = self._new_predownloader()
         if loader is not None:
             loader.advance(index, self._current_order())
+
+    def _open_ahead(self, number: int) -> None:
+        """Open local shard ``number``, the next in stored order, on a background thread
+        (:mod:`.next_shard`)."""
+        if number >= len(self.shards) or is_remote(self.shards[number].url):
+            return
+        with self._lock:
+            ahead = self._next
+            if ahead is None or ahead.pid != os.getpid():  # none yet, or the parent's in a fork
+                if ahead is not None:
+                    ahead.close()
+                ahead = self._next = NextShard(self._open_local)
+            if number in self._open:
+                return
+        ahead.want(number)
+
+    def _open_local(self, number: int) -> Shard:
+        info = self.shards[number]
+        format_class = TarShard if info.format == "tar" else ParquetShard
+        return format_class(self.storage, info.url, self.decode)
 
     def _read_ahead_of(self, number: int, position: int) -> None:
         """Read local shard ``number`` (just opened for sample ``position``) into the page cache
@@ -385,17 +415,20 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 self._open.popitem()[1].close()
             loader, self._predownloader = self._predownloader, None
             ahead, self._read_ahead = self._read_ahead, None
+            following, self._next = self._next, None
         if loader is not None:
             loader.close()
         if ahead is not None:
             ahead.close()
+        if following is not None:
+            following.close()
         if self._private is not None:
             self._private.remove()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_open"], state["_lock"], state["_predownloader"] = OrderedDict(), None, None
-        state["_read_ahead"] = None
+        state["_read_ahead"] = state["_next"] = None
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
