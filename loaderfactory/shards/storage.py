@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from loaderfactory.shards import signed_get
+from loaderfactory.shards import fork_loops, signed_get  # noqa: F401  # fork_loops: at-fork hooks
 from loaderfactory.shards.errors import ShardNotFoundError, StorageError
 from loaderfactory.shards.stats import NoStats
 
