@@ -105,8 +105,9 @@ class ShardsDatasetSpec(Spec):
     shard always among them); 0: none."""
     local_read_ahead: bool = True
     """Local shards: a background thread reads each shard opened into the OS page cache, and the
-    next one when shards are read in stored order, so reads from a cold disk overlap decoding. Off
-    where the ranks span machines (WORLD_SIZE above LOCAL_WORLD_SIZE, SLURM_NNODES above 1)."""
+    next one when shards are read in stored order (then also opening it: its headers walked), so
+    reads from a cold disk and header walks overlap decoding. Page-cache reads are off where the
+    ranks span machines (WORLD_SIZE above LOCAL_WORLD_SIZE, SLURM_NNODES above 1)."""
 
     @field_validator("urls")
     @classmethod
