@@ -266,9 +266,10 @@ def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path)
     dataset.close()
 
 
-def test_predownload_always_fetches_the_next_shard_the_order_reads(s3: S3Server, tmp_path: Path) -> None:
-    """A window that ends inside the shard being read still fetches the next shard, so that its fetch
-    runs while this one is read: the next in stored order, or the next the visit order reaches."""
+def test_predownload_always_fetches_the_next_two_shards_the_order_reads(s3: S3Server, tmp_path: Path) -> None:
+    """A window that ends inside the shard being read still fetches the next two shards, one a fetch
+    thread, so that their fetches run while this one is read: the next in stored order, or the next
+    the visit order reaches."""
     urls = _put_shards(s3, "cache/next")
     dataset = ShardsDataset(
         urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "cache"), predownload=1
@@ -277,12 +278,12 @@ def test_predownload_always_fetches_the_next_shard_the_order_reads(s3: S3Server,
     assert cache is not None
     dataset[0]  # the window (id 1) is in shard 0
     dataset._predownloader.wait()  # type: ignore[union-attr]
-    assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in urls[:2])
-    dataset.visit_order = [12, 13, 14, 15, 20, 21, 0]  # shard 3 whole, then shard 5
+    assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in urls[:3])
+    dataset.visit_order = [12, 13, 14, 15, 20, 21, 8, 0]  # shard 3 whole, then shards 5 and 2
     dataset[12]
     dataset._predownloader.wait()  # type: ignore[union-attr]
     assert os.path.exists(cache.path_of(urls[5])) and not os.path.exists(cache.path_of(urls[4]))
-    assert cache.fetched == 4  # shards 0 and 1, then 3 (read) and 5 (ahead)
+    assert cache.fetched == 5  # shards 0, 1 and 2, then 3 (read) and 5 (ahead; 2 is there)
     dataset.close()
 
 

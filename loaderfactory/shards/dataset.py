@@ -25,7 +25,7 @@ from loaderfactory.shards.index_cache import cached_index_path, index_through_ca
 from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
-from loaderfactory.shards.predownload import Predownloader
+from loaderfactory.shards.predownload import THREADS, Predownloader
 from loaderfactory.shards.private_folder import PrivateFolder
 from loaderfactory.shards.published_order import PublishedOrder
 from loaderfactory.shards.read_ahead import ReadAhead, job_spans_machines
@@ -166,7 +166,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         remote = [info for info in self.shards if is_remote(info.url)]
         largest = max((info.bytes for info in remote), default=0) or 1
         fewest = max(1, min((info.samples for info in remote), default=1))
-        ahead = min(len(remote), 1 + -(-self.predownload // fewest)) if self.predownload else 0
+        ahead = min(len(remote), max(THREADS, 1 + -(-self.predownload // fewest))) if self.predownload else 0
         return largest * (self.open_shards + 1 + ahead)
 
     def _check_cache_limit(self) -> None:

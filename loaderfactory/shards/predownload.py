@@ -5,10 +5,11 @@ each DataLoader worker): after reading sample ``i``, find its position ``p`` in 
 (``ShardsDataset.visit_order``: the epoch order last computed in this process, or published by the
 process running the sampler, see :mod:`~loaderfactory.shards.published_order`; else stored order),
 take the samples at positions ``p+1 .. p+predownload``, and fetch their shards, nearest first, at
-most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The next shard
-the order reads is always among them, even where the window ends before its first sample, so its
-fetch overlaps the reading of this one. The window is looked at again every ``predownload // 4``
-samples, or at once when the reads jump.
+most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The next
+``THREADS`` shards the order reads are always among them, even where the window ends before their
+first samples, so that every fetch thread has a shard to fetch while this one is read (a shard of
+small samples is read faster than the next one is fetched). The window is looked at again every
+``predownload // 4`` samples, or at once when the reads jump.
 """
 
 from __future__ import annotations
@@ -98,16 +99,17 @@ class Predownloader:
 
     def _shards_after(self, position: int) -> list[int]:
         """The shards of the samples at positions ``position+1 .. position+samples``, nearest first,
-        and at least the next shard the order reads (however far ahead its first sample is)."""
+        and at least the next ``THREADS`` shards the order reads (however far ahead they start)."""
         current = self._shard_of(self._sample_at(position))
         if self._order is None:  # stored order: the shards after the current one, up to the window's end
             last = self._shard_of(min(position + self.samples, self.ends[-1] - 1))
-            last = max(last, min(current + 1, len(self.ends) - 1))
+            last = max(last, min(current + THREADS, len(self.ends) - 1))
             return list(range(current + 1, min(last, current + self.max_shards) + 1))
         found = self._shards_in(position + 1, position + 1 + self.samples, current)
         start = position + 1 + self.samples
-        while not found and start < len(self._order):  # the window stays inside this shard
-            found = self._shards_in(start, start + NEXT_SHARD_SCAN, current)[:1]
+        while len(found) < THREADS and start < len(self._order):  # the window ends a shard or two ahead
+            later = self._shards_in(start, start + NEXT_SHARD_SCAN, current)
+            found += [shard for shard in later if shard not in found][: THREADS - len(found)]
             start += NEXT_SHARD_SCAN
         return found[: self.max_shards]
 

@@ -102,7 +102,7 @@ class ShardsDatasetSpec(Spec):
     a private temporary folder bounded to what open_shards and predownload need."""
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
     """Samples ahead (per rank) whose shards are fetched into the cache in the background (the next
-    shard always among them); 0: none."""
+    two shards always among them); 0: none."""
     local_read_ahead: bool = True
     """Local shards: a background thread reads each shard opened into the OS page cache, and the
     next one when shards are read in stored order (then also opening it: its headers walked), so
