@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import sys
+import time
 from collections.abc import Iterator, Sized
 from pathlib import Path
 from typing import Any
@@ -535,6 +538,44 @@ def test_iterable_dataset_split_with_get_worker_info_yields_each_item_once() -> 
     with build_loader(config, dataset=SplitStream(9)) as loader:
         delivered = [i for batch in loader for i in ids(batch)]
     assert sorted(delivered) == list(range(9))
+
+
+class OneEndsFirst(IterableDataset[dict[str, int]]):
+    """Worker 0 yields one item; worker 1 yields its first, then the rest only once worker 0's
+    process has exited (torch let it go: its stream ended), whose pid it finds in ``folder``."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+
+    def __iter__(self) -> Iterator[dict[str, int]]:
+        info = get_worker_info()
+        assert info is not None
+        marker = os.path.join(self.folder, "worker0.pid")
+        if info.id == 0:
+            with open(marker + ".tmp", "w") as out:
+                out.write(str(os.getpid()))
+            os.replace(marker + ".tmp", marker)
+            yield {"index": 0}
+            return
+        yield {"index": 1}
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # until worker 0 is gone: a condition, polled
+            if os.path.exists(marker) and not os.path.exists(f"/proc/{Path(marker).read_text()}"):
+                break
+            time.sleep(0.01)
+        else:
+            raise TimeoutError("worker 0 did not exit")
+        yield from ({"index": index} for index in range(2, 6))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="looks for the exited worker in /proc")
+def test_a_worker_whose_stream_ended_exits_while_the_others_go_on(tmp_path: Path) -> None:
+    """torch lets a worker whose part of a stream ended exit with code 0 mid-epoch: no worker error,
+    and every item of the other worker still arrives."""
+    config = {"loader": {"kind": "torch", "batch_size": None, "num_workers": 2}}
+    with build_loader(config, dataset=OneEndsFirst(str(tmp_path))) as loader:
+        delivered = sorted(item["index"] for item in loader)
+    assert delivered == list(range(6))
 
 
 def test_iterable_dataset_that_does_not_split_is_read_by_every_worker() -> None:

@@ -22,6 +22,7 @@ from loaderfactory.components.workers.torch_internals import (
     finish_shutdown,
     free_stop_signal,
     is_shut_down,
+    let_go,
     post_result,
     unregister_pids,
     worker_processes,
@@ -46,7 +47,8 @@ def describe_exit(exitcode: int | None) -> str:
 
 class ExitWatcher:
     """A thread that waits on the exit sentinels of an iterator's workers and reports the first
-    exit torch did not cause (torch marks its own shutdown before its workers exit)."""
+    exit torch did not cause (torch marks its own shutdown before its workers exit, and a worker
+    whose stream ended as unavailable before it exits)."""
 
     def __init__(self, iterator: Any, name: str, on_exit: Callable[[WorkerError], None]) -> None:
         self._read, self._write = os.pipe()
@@ -60,15 +62,19 @@ class ExitWatcher:
         processes = worker_processes(iterator)
         sentinels = {process.sentinel: (index, process) for index, process in enumerate(processes)}
         try:
-            ready = wait([self._read, *sentinels])
-            if self._read in ready or self._stopped or is_shut_down(iterator):
+            while sentinels:
+                ready = wait([self._read, *sentinels])
+                if self._read in ready or self._stopped or is_shut_down(iterator):
+                    return
+                index, process = sentinels.pop(ready[0])
+                process.join(1.0)
+                code = exit_code(process)
+                if code == 0 and let_go(iterator, index):
+                    continue  # its stream ended and torch let it go: watch the others
+                if code is not None and code < 0:
+                    free_stop_signal(iterator)
+                on_exit(exit_error(name, index, process))
                 return
-            index, process = sentinels[ready[0]]
-            process.join(1.0)
-            code = exit_code(process)
-            if code is not None and code < 0:
-                free_stop_signal(iterator)
-            on_exit(exit_error(name, index, process))
         finally:
             os.close(self._read)
 

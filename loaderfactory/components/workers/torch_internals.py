@@ -102,6 +102,13 @@ def is_shut_down(iterator: Any) -> bool:
     return bool(getattr(iterator, "_shutdown", True))
 
 
+def let_go(iterator: Any, worker_id: int) -> bool:
+    """Whether torch told worker ``worker_id`` to stop while the others go on: its part of an
+    ``IterableDataset`` read to the end, without persistent workers, it exits with code 0."""
+    status = getattr(iterator, "_workers_status", None)
+    return status is not None and not keeps_workers(iterator) and not status[worker_id]
+
+
 def keeps_workers(iterator: Any) -> bool:
     """Whether the iterator's workers outlive the pass (``persistent_workers``)."""
     return bool(getattr(iterator, "_persistent_workers", False))
