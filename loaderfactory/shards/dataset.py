@@ -325,13 +325,17 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _open_shard(self, info: ShardInfo) -> Shard:
         """The shard of ``info``: from the cache when there is one and it is remote, else in place."""
-        format_class = TarShard if info.format == "tar" else ParquetShard
         if self._private is not None and self._private.removed and self._private.owner == os.getpid():
             self._set_up_private()  # used again after close(): a new private folder
         if self.cache is None or not is_remote(info.url):
-            return format_class(self.storage, info.url, self.decode)
+            return self._read_in_place(info, info.url)
         held = self.cache.hold(info.url)
-        return CachedShard(held, info.url, lambda path: format_class(self.storage, path, self.decode))
+        return CachedShard(held, info.url, lambda path: self._read_in_place(info, path))
+
+    def _read_in_place(self, info: ShardInfo, path: str) -> Shard:
+        """Shard ``info``, read from ``path`` (its URL, or its cached copy) in its format."""
+        format_class = TarShard if info.format == "tar" else ParquetShard
+        return format_class(self.storage, path, self.decode)
 
     def _predownload(self, index: int) -> None:
         """Fetch the shards of the samples after ``index`` in the background (``predownload``)."""
@@ -361,8 +365,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _open_local(self, number: int) -> Shard:
         info = self.shards[number]
-        format_class = TarShard if info.format == "tar" else ParquetShard
-        return format_class(self.storage, info.url, self.decode)
+        return self._read_in_place(info, info.url)
 
     def _read_ahead_of(self, number: int, position: int) -> None:
         """Read local shard ``number`` (just opened for sample ``position``) into the page cache
