@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from torch.utils.data import default_collate
-
 from loaderfactory.components.data.collate import DictCollate
 from loaderfactory.components.data.ring_collate import RingCollate
+from loaderfactory.components.data.stacked import default_collate
 from loaderfactory.components.data.tuple_collate import TupleCollate
 from loaderfactory.config.specs.collate import (
     DefaultCollateSpec,

@@ -12,6 +12,7 @@ from loaderfactory.builders.distributed import resolve_distributed
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.builders.targets import instantiate_target, instantiate_with_dataset
 from loaderfactory.components.data.sources import as_dataset
+from loaderfactory.components.data.stacked import default_collate
 from loaderfactory.components.torch_loader import ResumableDataLoader
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
@@ -69,13 +70,18 @@ def build_torch_loader(spec: TorchLoaderSpec, upstream: Any, context: BuildConte
             world_size=world_size,
             balance=spec.balance,
             num_workers=spec.num_workers,
-            collate_fn=collate,
+            collate_fn=collate or (default_collate if _batches(spec, samplers) else None),
             pin_memory=pin_memory,
             **samplers,
             **kwargs,
         )
     except ArgumentError as err:  # the spec checked every rule it could; what is left is about the dataset
         raise ConfigError(ConfigProblem(f"loader.{err.argument}", str(err))) from err
+
+
+def _batches(spec: TorchLoaderSpec, samplers: dict[str, Any]) -> bool:
+    """Whether the DataLoader makes batches (collates lists of items), not items one by one."""
+    return spec.batch_size is not None or "batch_sampler" in samplers
 
 
 def _check_ranks(dataset: Any, samplers: dict[str, Any], world_size: int) -> None:

@@ -16,7 +16,12 @@ import bisect
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
+import torch
+
+from loaderfactory.components.data.stacked import StackedItems, batch_tensor
 from loaderfactory.shards.errors import READ_ERRORS, StorageError, in_sample
+from loaderfactory.shards.tar_format import TarShard
+from loaderfactory.shards.tar_stacked import NpyLayout, Target, read_rows, stackable_fields
 
 if TYPE_CHECKING:
     from loaderfactory.shards.dataset import ShardsDataset
@@ -52,9 +57,15 @@ def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
 
 
 def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str, Any]]:
-    """``[dataset[i] for i in indices]``, each run of consecutive samples of a shard read at once."""
+    """``[dataset[i] for i in indices]``, each run of consecutive samples of a shard read at once;
+    fixed-size ``.npy`` fields of local tar shards straight into batch tensors (``StackedItems``)."""
+    runs = batch_runs(dataset._ends, indices)
+    if len(indices) > 1 and all(shard >= 0 for _, _, shard, _ in runs):
+        stacked = _read_stacked(dataset, indices, runs)
+        if stacked is not None:
+            return stacked
     out: list[dict[str, Any]] = []
-    for first, stop, shard, local in batch_runs(dataset._ends, indices):
+    for first, stop, shard, local in runs:
         run = indices[first:stop]
         if shard < 0 or stop - first == 1:
             out.extend(dataset[index] for index in run)
@@ -63,15 +74,60 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str,
     return out
 
 
-def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[dict[str, Any]]:
-    """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
-    url = dataset.shards[shard].url
+def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run]) -> StackedItems | None:
+    """The batch with the ``.npy`` fields of its first sample that fit (:mod:`.tar_stacked`) read
+    into one tensor each; None where a run is not in a local tar shard or does not fit them."""
+    targets: dict[str, Target] = {}
+    out: list[dict[str, Any]] = []
+    for first, stop, shard, local in runs:
+        opened = _open_run(dataset, indices[first:stop], shard, local)
+        tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
+        try:
+            if not isinstance(tar, TarShard) or tar.file() < 0:
+                return None
+            if not targets:
+                targets = _targets(stackable_fields(tar, local), len(indices))
+                if not targets:
+                    return None
+            samples = read_rows(tar, local, stop - first, targets, first)
+        except OSError:  # read as usual, which raises the error naming the sample
+            return None
+        if samples is None:
+            return None
+        url, keys = dataset.shards[shard].url, dataset.keys
+        for sample in samples:
+            if keys and any(key not in sample for key in keys):
+                return None
+            sample["__url__"] = url
+        out.extend(samples)
+    return StackedItems(out, {field: target.tensor for field, target in targets.items()})
+
+
+def _targets(layouts: dict[str, NpyLayout], count: int) -> dict[str, Target]:
+    """A batch tensor of ``count`` rows for each field's layout."""
+    targets = {}
+    for field, layout in layouts.items():
+        tensor = batch_tensor((count, *layout.shape), layout.dtype)
+        byte_rows = tensor.view(count, -1).view(torch.uint8).numpy()
+        targets[field] = Target(layout, tensor, byte_rows, tensor.unbind(0))
+    return targets
+
+
+def _open_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> Any:
+    """Shard ``shard`` opened for ``run``, its failure raised as ``dataset[run[0]]`` raises it."""
     first = run[0] if run[0] >= 0 else run[0] + len(dataset)
     try:
         last = run[-1] if run[-1] >= 0 else run[-1] + len(dataset)
-        opened = dataset._opened(shard, last, first)
+        return dataset._opened(shard, last, first)
     except READ_ERRORS as err:  # dataset[i] would meet the same error, after the same retries again
         raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err
+
+
+def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[dict[str, Any]]:
+    """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
+    url = dataset.shards[shard].url
+    opened = _open_run(dataset, run, shard, local)
+    first = run[0] if run[0] >= 0 else run[0] + len(dataset)
     try:
         reader = getattr(opened, "sample_run", None)
         if reader is not None:

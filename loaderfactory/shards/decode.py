@@ -88,6 +88,11 @@ def field_decoder(field: str, decode: Decode = True) -> Callable[[bytes | memory
     return decoder if decoder in (_npy, _int) else _as_bytes(decoder)
 
 
+def decodes_npy(field: str, decode: Decode = True) -> bool:
+    """Whether ``field`` decodes as ``.npy`` to a tensor under ``decode``."""
+    return field_decoder(field, decode) is _npy
+
+
 def decode_field(field: str, data: bytes | memoryview, decode: Decode = True) -> Any:
     """``data`` decoded by the extension of ``field`` when ``decode`` asks for it, else the bytes."""
     return field_decoder(field, decode)(data)

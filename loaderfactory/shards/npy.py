@@ -54,6 +54,12 @@ def npy_tensor(data: bytes | memoryview) -> torch.Tensor | None:
     return None if array is None else torch.from_numpy(array)
 
 
+def parsed_header(data: bytes | memoryview) -> _Parsed | None:
+    """What the header of ``data`` (an ``.npy`` file) says; None for what ``np.load`` must read.
+    Raises ValueError on a malformed header."""
+    return _header(data if isinstance(data, memoryview) else memoryview(data))
+
+
 _Parsed = tuple[np.dtype, tuple[int, ...], bool, int, "torch.dtype | None"]
 """(dtype, shape, Fortran order, offset of the data, the torch dtype where torch views it as is)."""
 

@@ -16,7 +16,7 @@ from typing import Any, BinaryIO
 
 import numpy as np
 
-from loaderfactory.shards.decode import Decode, decode_error, field_decoder
+from loaderfactory.shards.decode import Decode, decode_error, decodes_npy, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
@@ -126,23 +126,42 @@ class TarShard:
         self._fd = -1  # a local shard's file, opened on the first sample read
         self._closer: weakref.finalize[Any, Any] | None = None  # closes it when this shard is collected
 
-    def _read(self, start: int, end: int) -> memoryview:
-        """Bytes ``[start, end)`` (fewer where the shard ends first): one ``pread`` on a local shard's
-        file, kept open, into a writable buffer that decoded arrays can share without a copy (left
-        uninitialised: the read fills what is returned)."""
-        scheme, path = split_scheme(self.url)
-        if scheme != "file":
-            return memoryview(self.storage.read_range(self.url, start, end))
+    def file(self) -> int:
+        """The descriptor of a local shard's file, opened on first use and kept open; -1 for a
+        remote shard."""
         if self._closer is None:
+            scheme, path = split_scheme(self.url)
+            if scheme != "file":
+                return -1
             try:
                 self._fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
             except FileNotFoundError:
                 raise missing(self.url) from None
             self._closer = weakref.finalize(self, os.close, self._fd)
+        return self._fd
+
+    def read(self, start: int, end: int) -> memoryview:
+        """Bytes ``[start, end)`` (fewer where the shard ends first): one ``pread`` on a local shard's
+        file into a writable buffer that decoded arrays can share without a copy (left
+        uninitialised: the read fills what is returned)."""
+        descriptor = self.file()
+        if descriptor < 0:
+            return memoryview(self.storage.read_range(self.url, start, end))
         buffer = memoryview(np.empty(end - start, np.uint8))  # type: ignore[arg-type]  # a buffer
-        got = os.preadv(self._fd, [buffer], start)
+        got = os.preadv(descriptor, [buffer], start)
         self.storage.stats.add("bytes_local", got)
         return buffer[:got]
+
+    def decoder(self, field: str) -> Callable[[bytes | memoryview], Any]:
+        """What decodes ``field`` in this shard (see :func:`.field_decoder`)."""
+        decoder = self._decoders.get(field)
+        if decoder is None:
+            decoder = self._decoders[field] = field_decoder(field, self.decode)
+        return decoder
+
+    def decodes_npy(self, field: str) -> bool:
+        """Whether ``field`` decodes as ``.npy`` to a tensor."""
+        return decodes_npy(field, self.decode)
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -169,7 +188,7 @@ class TarShard:
         """Samples ``first`` to ``stop - 1``, decoded from one read spanning them."""
         table = self.samples
         start, end = table.start(first), table.end(stop - 1)  # samples lie in the shard in order
-        data = self._read(start, end)
+        data = self.read(start, end)
         if len(data) < end - start:
             for index in range(first, stop):
                 if len(data) < table.end(index) - start:
@@ -190,9 +209,7 @@ class TarShard:
             sample: dict[str, Any] = {"__key__": keys[index]}
             for member in range(bounds[index], bounds[index + 1]):
                 field = fields[member]
-                decoder = decoders.get(field)
-                if decoder is None:
-                    decoder = decoders[field] = field_decoder(field, self.decode)
+                decoder = decoders.get(field) or self.decoder(field)
                 at = offsets[member] - start
                 try:
                     sample[field] = decoder(data[at : at + sizes[member]])

@@ -1,0 +1,68 @@
+"""Items read straight into batch tensors, and the collate that keeps those tensors instead of
+stacking the rows again.
+
+A dataset whose ``__getitems__`` can read a field of every item of a batch into one tensor (the
+shards kind does this for fixed-size ``.npy`` fields) returns :class:`StackedItems`: each item's
+field is a row of that tensor. :func:`default_collate` gives what torch's ``default_collate`` gives,
+and for such a field it hands over the tensor itself: one copy of the data fewer, and in a worker
+process the tensor is already in shared memory.
+
+It does so only while the list is as read: each item still holds its row (a transform that
+replaced it makes the field stacked again), and only once (collating the same list twice stacks the
+second time), so a batch shares memory with nothing but the items it came from.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import default_collate as torch_default_collate
+from torch.utils.data import get_worker_info
+
+from loaderfactory.components.workers.batch_transfer import BY_VALUE_BYTES
+
+
+class StackedItems(list[Any]):
+    """Dict items where, for each key of ``stacked``, ``item[key]`` is row ``i`` of ``stacked[key]``."""
+
+    def __init__(self, items: Sequence[dict[str, Any]], stacked: Mapping[str, torch.Tensor]) -> None:
+        super().__init__(items)
+        self.stacked = dict(stacked)
+        self.rows = {key: [item[key] for item in items] for key in stacked}
+
+    def take(self, key: str) -> torch.Tensor | None:
+        """``stacked[key]`` when every item still holds its row of it, once; None otherwise."""
+        tensor = self.stacked.pop(key, None)
+        rows = self.rows.pop(key, None)
+        if tensor is None or rows is None or len(rows) != len(self):
+            return None
+        for item, row in zip(self, rows, strict=True):
+            if type(item) is not dict or item.get(key) is not row:
+                return None
+        return tensor
+
+
+def default_collate(items: Any) -> Any:
+    """torch's ``default_collate``; the fields of :class:`StackedItems` read into one tensor are
+    that tensor, not a copy of it (see the module)."""
+    if not isinstance(items, StackedItems) or not items or type(items[0]) is not dict:
+        return torch_default_collate(items)
+    taken = {key: items.take(key) for key in list(items.stacked)}
+    batch = {}
+    for key in items[0]:
+        tensor = taken.get(key)
+        batch[key] = tensor if tensor is not None else torch_default_collate([item[key] for item in items])
+    return batch
+
+
+def batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
+    """An uninitialised tensor for a batch read in place: in a worker process, in shared memory when
+    torch would send it that way (larger than ``BY_VALUE_BYTES``), as ``default_collate`` does."""
+    nbytes = math.prod(shape) * dtype.itemsize
+    if get_worker_info() is None or nbytes <= BY_VALUE_BYTES:
+        return torch.empty(shape, dtype=dtype)
+    storage = torch.UntypedStorage._new_shared(nbytes)  # type: ignore[no-untyped-call]  # as torch collates
+    return torch.empty(0, dtype=dtype).set_(storage).view(shape)
