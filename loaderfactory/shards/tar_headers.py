@@ -253,16 +253,22 @@ class HeaderBlocks(NamedTuple):
     name_lengths: np.ndarray
     end: int
     mapped: int
-    """Bytes of the file looked at through a memory map, not read (to count as read): every page
-    for :func:`walk_dense`, the pages holding headers for a local file's walk one by one."""
+    """Bytes of a local file looked at by the walk (to count as read): every page for
+    :func:`walk_dense`, the header blocks for :func:`.tar_strided.strided_blocks`, the pages
+    holding headers for the walk one by one through a memory map."""
 
 
 def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
-    """The headers as :func:`walk_dense` or :func:`walk_canonical` find them, checked, when every
-    member is a regular file; None otherwise (then :func:`walk_members` reads the archive by the
-    rules)."""
+    """The headers as :func:`walk_dense`, :func:`.tar_strided.strided_blocks` or
+    :func:`walk_canonical` find them, checked, when every member is a regular file; None otherwise
+    (then :func:`walk_members` reads the archive by the rules)."""
+    from loaderfactory.shards.tar_strided import strided_blocks  # it builds on this module
+
     blocks = _dense_blocks(file, size)
     mapped = size if blocks is not None else 0
+    if blocks is None:
+        blocks = strided_blocks(file, size)
+        mapped = 0 if blocks is None else len(blocks[1]) * BLOCK + BLOCK  # the headers and the end block
     if blocks is None:
         with _memory_map(file, size) as whole:
             blocks = _canonical_blocks(file, size, b"" if whole is None else whole)
