@@ -17,6 +17,7 @@ from torch.utils.data import default_collate as torch_default_collate
 
 import loaderfactory
 from loaderfactory.components.data.stacked import StackedItems, default_collate
+from loaderfactory.components.data.tuple_collate import TupleCollate
 from loaderfactory.shards import ShardError, ShardsDataset
 
 COUNTS = [7, 5, 9]
@@ -197,3 +198,45 @@ def test_the_loader_delivers_every_sample_once_with_its_own_array(
             assert batch["x.npy"].is_shared() == (workers > 0)
         assert seen == Counter(range(24))
     loader.close()
+
+
+class CountingShards(ShardsDataset):
+    """Counts the batches read by ``__getitems__``."""
+
+    batches = 0
+
+    def __getitems__(self, indices: Any) -> list[dict[str, Any]]:
+        type(self).batches += 1
+        return super().__getitems__(indices)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_sharded_kind_reads_batches_at_once_and_a_tuple_collate_takes_the_tensors(
+    tmp_path: Path, workers: int
+) -> None:
+    """The ``sharded`` kind reads a step through ``__getitems__``, as torch's fetcher does, and the
+    ``tuple`` collate hands the stacked field over as ``default`` does: every id once, exact rows."""
+    urls = _write(tmp_path, _image)
+    CountingShards.batches = 0
+    dataset = CountingShards(urls)
+    worker_type = {"worker_type": "process"} if workers else {}
+    sharded = {"kind": "sharded", "batch_size": 4, "num_workers": workers, **worker_type}
+    with loaderfactory.build_loader({"loader": sharded}, dataset=dataset) as loader:
+        batches = list(loader)
+    ids = [i for batch in batches for i in batch["cls"].tolist()]
+    assert sorted(ids) == list(range(sum(COUNTS)))
+    for batch in batches:
+        assert torch.equal(
+            batch["x.npy"], torch.stack([torch.from_numpy(_image(i)) for i in batch["cls"].tolist()])
+        )
+    if not workers:
+        assert CountingShards.batches == len(batches)
+    tuple_collate = {"kind": "torch", "batch_size": 5, "collate": {"kind": "tuple", "keys": ["x.npy", "cls"]}}
+    with loaderfactory.build_loader({"loader": tuple_collate}, dataset=ShardsDataset(urls)) as loader:
+        pairs = list(loader)
+    assert [i for _, cls in pairs for i in cls.tolist()] == list(range(sum(COUNTS)))
+    for arrays, cls in pairs:
+        assert torch.equal(arrays, torch.stack([torch.from_numpy(_image(i)) for i in cls.tolist()]))
+    batch = ShardsDataset(urls).__getitems__([0, 1, 2])
+    stacked = batch.stacked["x.npy"]
+    assert TupleCollate(["x.npy", "cls"])(batch)[0] is stacked

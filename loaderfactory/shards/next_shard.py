@@ -44,8 +44,8 @@ class NextShard:
             thread = threading.Thread(
                 target=self._open, args=(number, self._done), name="loaderfactory-next-shard", daemon=True
             )
+            thread.start()  # before close() on another thread can see it: it joins only started threads
             self._threads = [*(t for t in self._threads if t.is_alive()), thread]
-        thread.start()
 
     def _open(self, number: int, done: threading.Event) -> None:
         try:

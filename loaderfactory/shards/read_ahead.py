@@ -90,10 +90,9 @@ class ReadAhead:
             queued = {number for number, _ in self._queue} | {self._reading}
             self._queue.extend(job for job in ahead if self._ours(job[0]) and job[0] not in queued)
             if self._queue and self._thread is None and not self._cancel.is_set():
-                self._thread = threading.Thread(
-                    target=self._run, name="loaderfactory-read-ahead", daemon=True
-                )
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="loaderfactory-read-ahead", daemon=True)
+                thread.start()  # before wait() on another thread can see it: it joins only started threads
+                self._thread = thread  # it clears this, under the lock held here, when it ends
 
     def _ours(self, shard: int) -> bool:
         return self.worker is None or shard % self.worker[1] == self.worker[0]

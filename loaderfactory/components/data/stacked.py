@@ -50,12 +50,14 @@ def default_collate(items: Any) -> Any:
     that tensor, not a copy of it (see the module)."""
     if not isinstance(items, StackedItems) or not items or type(items[0]) is not dict:
         return torch_default_collate(items)
-    taken = {key: items.take(key) for key in list(items.stacked)}
-    batch = {}
-    for key in items[0]:
-        tensor = taken.get(key)
-        batch[key] = tensor if tensor is not None else torch_default_collate([item[key] for item in items])
-    return batch
+    return {key: collate_field(items, key) for key in items[0]}
+
+
+def collate_field(items: Sequence[Any], key: str) -> Any:
+    """``default_collate([item[key] for item in items])``; the tensor itself where ``items`` are
+    :class:`StackedItems` holding their rows of it."""
+    tensor = items.take(key) if isinstance(items, StackedItems) else None
+    return tensor if tensor is not None else torch_default_collate([item[key] for item in items])
 
 
 def batch_tensor(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:

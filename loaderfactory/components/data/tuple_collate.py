@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from torch.utils.data import default_collate
+from loaderfactory.components.data.stacked import collate_field
 
 
 class TupleCollate:
-    """Collate dict items into ``(batch[keys[0]], batch[keys[1]], ...)`` with torch's ``default_collate``.
+    """Collate dict items into ``(batch[keys[0]], batch[keys[1]], ...)`` as torch's ``default_collate`` would.
 
     ``[{"image": x0, "label": 3}, {"image": x1, "label": 5}]`` with ``keys=["image", "label"]``
     becomes ``(stack([x0, x1]), tensor([3, 5]))``, so a training step written for torchvision-style
@@ -38,7 +38,7 @@ class TupleCollate:
                     f"tuple collate keys {missing} are not in the item; it has {sorted(item, key=str)} "
                     f"(item {position} of the {len(items)} collated); choose keys among them"
                 )
-        return tuple(default_collate([item[key] for item in items]) for key in self.keys)
+        return tuple(collate_field(items, key) for key in self.keys)
 
     def __repr__(self) -> str:
         return f"TupleCollate(keys={list(self.keys)!r})"

@@ -14,8 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
 import torch
-from torch.utils.data import default_collate
 
+from loaderfactory.components.data.stacked import default_collate
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.sharded.arguments import check_sampling, check_workers, place
 from loaderfactory.components.sharded.passes import LoadStep, Pass, Pool

@@ -36,8 +36,16 @@ class LoadStep:
 
     def __call__(self, step: Step) -> Any:
         if step and isinstance(step[0], list):
-            return [self.collate([self.dataset[i] for i in shard]) for shard in step]
-        return self.collate([self.dataset[i] for i in step])
+            return [self.collate(self._items(shard)) for shard in step]
+        return self.collate(self._items(step))
+
+    def _items(self, indices: Any) -> list[Any]:
+        """``[dataset[i] for i in indices]``, by the dataset's ``__getitems__`` where it has one (as
+        torch's fetcher does)."""
+        getitems = getattr(self.dataset, "__getitems__", None)
+        if getitems is not None:
+            return getitems(indices)  # type: ignore[no-any-return]  # the dataset's own items
+        return [self.dataset[i] for i in indices]
 
 
 class Pass:
