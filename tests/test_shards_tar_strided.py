@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from loaderfactory.shards import Storage
+from loaderfactory.shards.tar_blocks import header_blocks
 from loaderfactory.shards.tar_format import scan_tar
-from loaderfactory.shards.tar_headers import _canonical_blocks, header_blocks
+from loaderfactory.shards.tar_headers import canonical_blocks
 from loaderfactory.shards.tar_strided import strided_blocks
 
 
@@ -31,7 +32,7 @@ def _walks(tmp_path: Path, data: bytes) -> tuple[object, object]:
     path = tmp_path / "walked.tar"
     path.write_bytes(data)
     with path.open("rb") as file:
-        return strided_blocks(file, len(data)), _canonical_blocks(file, len(data))
+        return strided_blocks(file, len(data)), canonical_blocks(file, len(data))
 
 
 def _same(strided: object, canonical: object) -> None:

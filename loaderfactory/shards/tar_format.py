@@ -20,7 +20,8 @@ from loaderfactory.shards.decode import Decode, decode_error, decodes_npy, field
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
-from loaderfactory.shards.tar_headers import Walked, header_blocks, walk_members
+from loaderfactory.shards.tar_blocks import header_blocks
+from loaderfactory.shards.tar_headers import Walked, walk_members
 from loaderfactory.shards.tar_samples import group_members
 from loaderfactory.shards.tar_table import TarTable
 

@@ -9,10 +9,8 @@ checksum, a cut-off header, an empty archive) makes it give up, and the caller r
 
 from __future__ import annotations
 
-import contextlib
 import mmap
-from collections.abc import Iterator
-from typing import BinaryIO, NamedTuple
+from typing import BinaryIO
 
 import numpy as np
 
@@ -78,11 +76,11 @@ def walk_dense(file: BinaryIO, size: int) -> Walked | None:
     chain that each header's size gives (each one's next block is the next candidate, the last
     one's is the end-of-archive block). None when the file is not local, its members are large,
     or the chain breaks."""
-    blocks = _dense_blocks(file, size)
+    blocks = dense_blocks(file, size)
     return None if blocks is None else _files(*blocks)
 
 
-def _dense_blocks(file: BinaryIO, size: int) -> Blocks | None:
+def dense_blocks(file: BinaryIO, size: int) -> Blocks | None:
     try:
         descriptor = file.fileno()
     except (AttributeError, OSError):
@@ -129,11 +127,11 @@ def walk_canonical(file: BinaryIO, size: int) -> Walked | None:
     GNU tar's and ``pack``'s plain members: 11 octal size digits, a ``%06o NUL space`` checksum,
     no name prefix); None for anything else. The loop reads only each header's size, to find the
     next; names, types and checksums of all headers are then checked at once, with numpy."""
-    blocks = _canonical_blocks(file, size)
+    blocks = canonical_blocks(file, size)
     return None if blocks is None else _files(*blocks)
 
 
-def _canonical_blocks(file: BinaryIO, size: int, mapped: bytes | mmap.mmap = b"") -> Blocks | None:
+def canonical_blocks(file: BinaryIO, size: int, mapped: bytes | mmap.mmap = b"") -> Blocks | None:
     """The headers walked one after the other: in ``mapped`` (a memory map of the whole file: no
     read call per header, where a shard of 100 KB samples has two headers a sample), else by reads."""
     offsets: list[int] = []
@@ -194,7 +192,7 @@ def _octal_digits(field: np.ndarray) -> bool:
 def _names(headers: np.ndarray, sizes: np.ndarray) -> list[str | None] | None:
     """Each header's name, None for a directory; None for all when one header is not written the
     usual way (see :func:`walk_canonical`) or its checksum does not match."""
-    checked = _checked(headers, sizes)
+    checked = checked_headers(headers, sizes)
     if checked is None:
         return None
     directory, _ = checked
@@ -209,7 +207,7 @@ def _names(headers: np.ndarray, sizes: np.ndarray) -> list[str | None] | None:
     return decoded
 
 
-def _checked(headers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
+def checked_headers(headers: np.ndarray, sizes: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
     """Which headers are directories (the others are regular files), and each name's length; None
     when one header is not written the usual way (see :func:`walk_canonical`) or its checksum does
     not match."""
@@ -241,61 +239,6 @@ def name_lengths(headers: np.ndarray) -> np.ndarray | None:
     names = headers[:, :NAME]
     lengths: np.ndarray = np.where(names[:, -1] != 0, NAME, (names == 0).argmax(axis=1))
     return lengths if np.array_equal((names != 0).sum(axis=1), lengths) else None
-
-
-class HeaderBlocks(NamedTuple):
-    """The checked headers of a plain archive of regular files (rows of ``BLOCK`` bytes), where
-    each member's data starts, its size, and where the end-of-archive block is."""
-
-    headers: np.ndarray
-    data_offsets: np.ndarray
-    sizes: np.ndarray
-    name_lengths: np.ndarray
-    end: int
-    mapped: int
-    """Bytes of a local file looked at by the walk (to count as read): every page for
-    :func:`walk_dense`, the header blocks for :func:`.tar_strided.strided_blocks`, the pages
-    holding headers for the walk one by one through a memory map."""
-
-
-def header_blocks(file: BinaryIO, size: int) -> HeaderBlocks | None:
-    """The headers as :func:`walk_dense`, :func:`.tar_strided.strided_blocks` or
-    :func:`walk_canonical` find them, checked, when every member is a regular file; None otherwise
-    (then :func:`walk_members` reads the archive by the rules)."""
-    from loaderfactory.shards.tar_strided import strided_blocks  # it builds on this module
-
-    blocks = _dense_blocks(file, size)
-    mapped = size if blocks is not None else 0
-    if blocks is None:
-        blocks = strided_blocks(file, size)
-        mapped = 0 if blocks is None else len(blocks[1]) * BLOCK + BLOCK  # the headers and the end block
-    if blocks is None:
-        with _memory_map(file, size) as whole:
-            blocks = _canonical_blocks(file, size, b"" if whole is None else whole)
-        if blocks is not None and whole is not None:
-            mapped = len(np.unique(blocks[1] // PAGE)) * PAGE  # the pages holding headers
-    if blocks is None:
-        return None
-    headers, offsets, sizes, end = blocks
-    checked = _checked(headers, sizes)
-    if checked is None or checked[0].any():
-        return None
-    return HeaderBlocks(headers, offsets + BLOCK, sizes, checked[1], end, min(mapped, size))
-
-
-@contextlib.contextmanager
-def _memory_map(file: BinaryIO, size: int) -> Iterator[mmap.mmap | None]:
-    """A read-only map of a local ``file``'s ``size`` bytes; None for a remote shard's range reads,
-    an empty file, or a file system that maps nothing."""
-    try:
-        mapped = mmap.mmap(file.fileno(), size, access=mmap.ACCESS_READ) if size else None
-    except (AttributeError, OSError, ValueError):
-        mapped = None
-    if mapped is None:
-        yield None
-        return
-    with mapped:
-        yield mapped
 
 
 def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:

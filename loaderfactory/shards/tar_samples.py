@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from loaderfactory.shards.tar_headers import HeaderBlocks
+from loaderfactory.shards.tar_blocks import HeaderBlocks
 from loaderfactory.shards.tar_table import TarTable
 
 DOT, SLASH = ord("."), ord("/")

@@ -62,7 +62,7 @@ def npy_layout(shard: TarShard, member: int) -> NpyLayout | None:
         return None
     dtype, shape, fortran, start, torch_dtype = parsed
     count = math.prod(shape)
-    if torch_dtype is None or (fortran and len(shape) > 1) or not count:
+    if torch_dtype is None or (fortran and len(shape) > 1) or not count or start > len(head):
         return None
     if start + count * dtype.itemsize != size:
         return None

@@ -6,7 +6,7 @@ sample before, so where each next header lies can be guessed. The guessed header
 ``pread`` of a block each, in a list comprehension) and checked together with numpy: a header is
 kept only while the chain holds, every one lying where the one before it, by its own size, says the
 next one is. Where the chain breaks, the next round starts from the header the last kept one names.
-The headers are thus exactly those a walk one by one finds (:func:`.tar_headers._canonical_blocks`),
+The headers are thus exactly those a walk one by one finds (:func:`.tar_headers.canonical_blocks`),
 at about a microsecond each instead of four or five, and only the blocks holding headers are read.
 """
 
@@ -31,7 +31,7 @@ DIGIT_WEIGHTS = 8 ** np.arange(10, -1, -1, dtype=np.int64)
 
 def strided_blocks(file: BinaryIO, size: int) -> Blocks | None:
     """The archive's headers, their offsets, their members' sizes and where its end-of-archive block
-    is, as :func:`.tar_headers._canonical_blocks` finds them; None when ``file`` is not local, a
+    is, as :func:`.tar_headers.canonical_blocks` finds them; None when ``file`` is not local, a
     header is not the usual kind (a size that is not 11 octal digits), the archive ends without its
     end-of-archive block, or its sizes follow no pattern (then a walk one by one is quicker)."""
     try:
