@@ -158,6 +158,7 @@ def _plan(
     position, skipped = start, 0  # the next byte to read; bytes before it that went to rows
     for index in range(first, stop):
         plan: Plan = []
+        stacked = 0
         for member in range(bounds[index], bounds[index + 1]):
             field, offset, size = fields[member], offsets[member], sizes[member]
             target = targets.get(field)
@@ -174,7 +175,8 @@ def _plan(
             skipped += size - len(header)
             position = offset + size
             plan.append((field, -1, size))
-        if sum(at < 0 for _, at, _ in plan) != len(targets):
+            stacked += 1
+        if stacked != len(targets):
             return None  # a stacked field missing from this sample, or named twice
         group.plans.append(plan)
     group.buffers.append(scratch[position - start - skipped :])
