@@ -1,8 +1,10 @@
 """Parquet shards through pyarrow: a row is a sample, its columns are the sample's keys.
 
-Opening a shard reads only its footer (row-group sizes); a sample reads its row group once and keeps
-the last one decoded, so consecutive samples cost a list lookup. Binary columns named like a file
-extension (``jpg``, ``npy``, ``image.png``) are decoded as tar fields are.
+Opening a shard reads only its footer (row-group sizes). A sample reads its row group and keeps it
+decoded while the shard is open (up to :data:`ROW_GROUPS_HELD_BYTES` of row groups a shard, least
+recently used dropped first), so a shuffled visit of a shard reads each row group once instead of
+once a sample. Binary columns named like a file extension (``jpg``, ``npy``, ``image.png``) are
+decoded as tar fields are.
 """
 
 from __future__ import annotations
@@ -10,12 +12,17 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from loaderfactory.shards.decode import Decode, decode_in_sample
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage
+
+ROW_GROUPS_HELD_BYTES = 256 * 2**20
+"""The most bytes of decoded row groups (their uncompressed size in the footer) an open shard keeps:
+a whole shard at ``pack``'s default ``shard_size``. At least one row group is always kept."""
 
 
 def _parquet() -> Any:
@@ -48,19 +55,25 @@ def count_parquet_rows(storage: Storage, url: str) -> int:
 class ParquetShard:
     """One opened Parquet shard: row-group boundaries from the footer, rows decoded on demand.
 
-    Holds the footer and the last row group decoded (one row group of memory), no open file: a row
-    group is read through a file opened for it (once per row group, as samples run in order).
+    Holds the footer and the row groups decoded so far, as Arrow tables (their uncompressed size, up
+    to ``held_bytes``), and no open file: a row group is read through a file opened for it, once
+    while the shard stays open (again only after it was dropped to make room).
+
+    Args:
+        held_bytes: the most bytes of decoded row groups kept (:data:`ROW_GROUPS_HELD_BYTES`).
     """
 
-    def __init__(self, storage: Storage, url: str, decode: Decode = True) -> None:
+    def __init__(
+        self, storage: Storage, url: str, decode: Decode = True, held_bytes: int = ROW_GROUPS_HELD_BYTES
+    ) -> None:
         self.storage, self.url, self.decode = storage, url, decode
         self._metadata = _metadata(storage, url)
-        sizes: list[int] = [
-            self._metadata.row_group(g).num_rows for g in range(self._metadata.num_row_groups)
-        ]
-        self._starts = [0, *itertools.accumulate(sizes)]
-        self._group: tuple[int, list[dict[str, Any]]] = (-1, [])
-        self._lock = threading.Lock()  # threads share the cached row group
+        groups = [self._metadata.row_group(g) for g in range(self._metadata.num_row_groups)]
+        self._starts: list[int] = [0, *itertools.accumulate(int(group.num_rows) for group in groups)]
+        self._sizes = [max(1, int(group.total_byte_size)) for group in groups]
+        self._held: OrderedDict[int, Any] = OrderedDict()  # row group -> its Arrow table
+        self._held_bytes, self.held_limit = 0, held_bytes
+        self._lock = threading.Lock()  # threads share the held row groups
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -69,9 +82,8 @@ class ParquetShard:
         """Row ``index`` as ``{column: value}`` plus ``__key__`` (the row's number in the shard)."""
         group = bisect.bisect_right(self._starts, index) - 1
         with self._lock:
-            if self._group[0] != group:
-                self._group = (group, self._read_group(group, index))
-            row = self._group[1][index - self._starts[group]]
+            table = self._group(group, index)
+            row = {name: column[index - self._starts[group]].as_py() for name, column in table.items()}
         out: dict[str, Any] = {"__key__": str(index)}
         where = f"{self.url}: sample #{index}"
         for column, value in row.items():
@@ -79,20 +91,37 @@ class ParquetShard:
             out[column] = decode_in_sample(column, value, self.decode, where) if bytes_value else value
         return out
 
-    def _read_group(self, group: int, index: int) -> list[dict[str, Any]]:
+    def _group(self, group: int, index: int) -> dict[str, Any]:
+        """Row group ``group``'s columns, read now unless held (the lock held)."""
+        held = self._held.get(group)
+        if held is not None:
+            self._held.move_to_end(group)
+            return held  # type: ignore[no-any-return]  # the columns stored below
+        table = self._read_group(group, index)
+        columns = dict(zip(table.column_names, table.columns, strict=True))
+        while self._held and self._held_bytes + self._sizes[group] > self.held_limit:
+            dropped, _ = self._held.popitem(last=False)
+            self._held_bytes -= self._sizes[dropped]
+        self._held[group] = columns
+        self._held_bytes += self._sizes[group]
+        return columns
+
+    def _read_group(self, group: int, index: int) -> Any:
         import pyarrow
 
         try:
             with open_shard(self.storage, self.url) as file:
                 table = _parquet().ParquetFile(file, metadata=self._metadata).read_row_group(group)
-            rows: list[dict[str, Any]] = table.to_pylist()
         except (pyarrow.ArrowException, OSError) as err:
             raise ShardError(
                 f"{self.url}: sample #{index} (row group {group}) is not readable ({err}); "
                 "is the shard corrupt?"
             ) from err
-        return rows
+        self.storage.stats.add("row_groups_read")
+        return table
 
     def close(self) -> None:
-        """Drop the cached row group."""
-        self._group = (-1, [])
+        """Drop the held row groups."""
+        with self._lock:
+            self._held.clear()
+            self._held_bytes = 0

@@ -35,7 +35,10 @@ COUNTERS = (
     "evicted",  # cached shards deleted to make room
     "retries",  # remote requests retried after a transient error
     "opened",  # shards opened for reading
+    "first_opened",  # shards opened for the first time in their process
     "bytes_read_ahead",  # read from local shards into the page cache ahead of their samples
+    "samples",  # samples read
+    "row_groups_read",  # Parquet row groups read and decoded
 )
 _SLOT = {name: number for number, name in enumerate(COUNTERS)}
 _ROW_BYTES = 8 * len(COUNTERS)
@@ -56,6 +59,9 @@ class NoStats:
     dataset reads through (indexing, packing)."""
 
     def add(self, counter: str, amount: int = 1) -> None:
+        """Count nothing."""
+
+    def opened(self, shard: int) -> None:
         """Count nothing."""
 
     @contextlib.contextmanager
@@ -79,6 +85,7 @@ class ShardStats(NoStats):
     def __init__(self) -> None:
         self.folder = tempfile.mkdtemp(prefix="loaderfactory-stats-")
         self._local = threading.local()
+        self._seen: tuple[int, set[int]] = (os.getpid(), set())  # shards opened in this process
         weakref.finalize(self, _remove, self.folder, os.getpid())
 
     def __getstate__(self) -> dict[str, Any]:
@@ -87,6 +94,7 @@ class ShardStats(NoStats):
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.folder = state["folder"]
         self._local = threading.local()
+        self._seen = (os.getpid(), set())
 
     def add(self, counter: str, amount: int = 1) -> None:
         """Add ``amount`` to ``counter`` (one of :data:`COUNTERS`) in this thread's row."""
@@ -96,6 +104,17 @@ class ShardStats(NoStats):
         row = local.row
         if row is not None:
             row[_SLOT[counter]] += amount
+
+    def opened(self, shard: int) -> None:
+        """Count shard number ``shard`` opened, and whether this process opens it for the first
+        time (a forked child starts afresh): :func:`summarise` compares the two."""
+        pid, seen = self._seen
+        if pid != os.getpid():
+            pid, seen = self._seen = (os.getpid(), set())
+        self.add("opened")
+        if shard not in seen:
+            seen.add(shard)
+            self.add("first_opened")
 
     @contextlib.contextmanager
     def timed(self, counter: str) -> Iterator[None]:
@@ -159,19 +178,28 @@ def _remove(folder: str, owner: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def summarise(totals: dict[str, int], cached: bool) -> dict[str, Any]:
-    """The report's ``shards`` section from :meth:`ShardStats.totals`.
+OPENED_FAR_MORE = 4
+"""How many times more shard opens than the epochs' order needs :func:`summarise` reports as a note."""
+
+
+def summarise(totals: dict[str, int], cached: bool, samples: int = 0, shards: int = 0) -> dict[str, Any]:
+    """The report's ``shards`` section from :meth:`ShardStats.totals`, for a dataset of ``samples``
+    samples in ``shards`` shards.
 
     ``fetch_wait_s`` is what readers waited on storage: getting cached shards when there is a cache
-    (``cached``), else their remote reads themselves.
+    (``cached``), else their remote reads themselves. ``note`` (only when there is something to say)
+    flags shards opened far more often than the order the dataset offers needs (:func:`open_note`).
     """
     wait_ns = totals["hold_ns"] if cached else totals["remote_ns"]
-    return {
+    summary: dict[str, Any] = {
         "shards_opened": totals["opened"],
+        "shards_reopened": totals["opened"] - totals["first_opened"],
+        "samples_read": totals["samples"],
         "bytes_read": totals["bytes_remote"] + totals["bytes_local"],
         "bytes_read_remote": totals["bytes_remote"],
         "bytes_read_local": totals["bytes_local"],
         "bytes_read_ahead": totals["bytes_read_ahead"],
+        "row_groups_read": totals["row_groups_read"],
         "fetch_wait_s": round(wait_ns / 1e9, 4),
         "remote_request_s": round(totals["remote_ns"] / 1e9, 4),
         "cache_hits": totals["hits"],
@@ -181,3 +209,30 @@ def summarise(totals: dict[str, int], cached: bool) -> dict[str, Any]:
         "retries": totals["retries"],
         "processes": totals["processes"],
     }
+    note = open_note(totals, samples, shards)
+    if note:
+        summary["note"] = note
+    return summary
+
+
+def open_note(totals: dict[str, int], samples: int, shards: int) -> str:
+    """What to do when shards were opened far more often than the dataset's own order needs; "" else.
+
+    Read in its own order (stored, or ``epoch_order``'s windows with ``open_shards`` ≥
+    ``shuffle_window``), a process opens each shard at most once an epoch, so the opens stay within
+    the shards each process opened at least once times the epochs read (samples read over
+    ``samples``, a started epoch counting whole). Past :data:`OPENED_FAR_MORE` times that, samples
+    were asked for in another order, nearly each in a shard no longer open.
+    """
+    first, opened = totals["first_opened"], totals["opened"]
+    epochs = max(1, -(-totals["samples"] // samples)) if samples else 1
+    if not first or opened <= OPENED_FAR_MORE * first * epochs:
+        return ""
+    return (
+        f"shards were opened {opened} times for {totals['samples']} sample reads of {shards} shard(s)"
+        f" ({opened / (first * epochs):.0f}x what reading in the dataset's own order needs). Likely"
+        " a Dataset wrapping the ShardsDataset (for augmentation, say) without forwarding its"
+        " epoch_order, so a shuffle reads samples in uniform random order: subclass"
+        " loaderfactory.ForwardEpochOrder, or give the wrapper epoch_order(seed, epoch) returning"
+        " its dataset's; else a sampler of your own, or open_shards below shuffle_window"
+    )
