@@ -16,6 +16,7 @@ _EXPORTS = {
     "ArgumentError": "loaderfactory.errors",
     "ConfigError": "loaderfactory.errors",
     "Contract": "loaderfactory.config.registry",
+    "ForwardEpochOrder": "loaderfactory.components.order_forwarding",
     "Loader": "loaderfactory.loader",
     "LoaderFactoryError": "loaderfactory.errors",
     "LoaderSpec": "loaderfactory.config.specs.pipeline",
@@ -42,6 +43,7 @@ __all__ = [
     "ArgumentError",
     "ConfigError",
     "Contract",
+    "ForwardEpochOrder",
     "Loader",
     "LoaderFactoryError",
     "LoaderSpec",
@@ -64,6 +66,7 @@ __all__ = [
 ]
 
 if TYPE_CHECKING:
+    from loaderfactory.components.order_forwarding import ForwardEpochOrder
     from loaderfactory.components.queue import QueueDataset
     from loaderfactory.components.sharded import ShardedDataLoader
     from loaderfactory.components.stream import StreamWrapper

@@ -45,6 +45,7 @@ def _shards_rows(shards: dict[str, Any] | None) -> list[tuple[str, str]]:
     if not shards:
         return []
     mib = 2**20
+    note = [("shards: note", str(shards["note"]))] if shards.get("note") else []
     return [
         ("shards opened", str(shards["shards_opened"])),
         (
@@ -57,6 +58,7 @@ def _shards_rows(shards: dict[str, Any] | None) -> list[tuple[str, str]]:
             f"{shards['cache_hits']} / {shards['cache_fetches']} / {shards['cache_evictions']}",
         ),
         ("shard read retries", str(shards["retries"])),
+        *note,
     ]
 
 

@@ -5,7 +5,8 @@ order from here, so the same ``seed`` gives the same order in every kind, and ev
 function of its arguments: the same on every rank, in every process, after every restart.
 
 * :func:`epoch_order` is the epoch's **global sequence**: ``range(length)``, a permutation seeded
-  by ``(seed, epoch)``, or the dataset's own order (:class:`OrderedDataset`) when it offers one.
+  by ``(seed, epoch)``, or the dataset's own order (:class:`OrderedDataset`) when it offers one,
+  itself or through the dataset it wraps (:mod:`~loaderfactory.components.order_forwarding`).
 * The sequence is consumed in **steps**: with ``world_size`` ranks each taking ``per_rank`` indices
   a step, step ``k`` consumes the contiguous block ``[k * world_size * per_rank, (k + 1) * ...)``,
   and rank ``r`` takes every ``world_size``-th index of it, starting at ``r`` (:func:`rank_part`).
@@ -24,6 +25,8 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+
+from loaderfactory.components.order_forwarding import order_of
 
 Balance = Literal["pad", "drop", "uneven"]
 BALANCE: tuple[Balance, ...] = ("pad", "drop", "uneven")
@@ -60,8 +63,8 @@ def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any 
     """
     if not shuffle:
         return list(range(length))
-    own = getattr(dataset, "epoch_order", None)
-    if callable(own):
+    own = order_of(dataset)
+    if own is not None:
         order = [int(i) for i in own(seed, epoch)]
         if sorted(order) != list(range(length)):
             raise ValueError(

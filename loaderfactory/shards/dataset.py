@@ -185,7 +185,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         """What reading this dataset cost so far, summed over this process and its DataLoader workers:
         shards opened, bytes read (remote and local), the time readers waited on storage, cache hits,
         fetches and evictions, retries (see :func:`loaderfactory.shards.stats.summarise`)."""
-        return summarise(self.counters.totals(), cached=self.cache is not None)
+        return summarise(self.counters.totals(), self.cache is not None, len(self), len(self.shards))
 
     def _find(
         self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None, cache_dir: str | None
@@ -238,6 +238,16 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._published.publish(seed, epoch)
         return order
 
+    def uniform_order_cost(self) -> str | None:
+        """What a uniform shuffle costs beside :meth:`epoch_order` (for a wrapper that hides it);
+        None: nothing, every shard staying open or one window spanning them all."""
+        if len(self.shards) <= self.open_shards or self.shuffle_window >= len(self.shards):
+            return None
+        return (
+            f"nearly every sample opens one of its {len(self.shards)} shards again"
+            f" (open_shards={self.open_shards}) instead of each shard once an epoch"
+        )
+
     def locate(self, index: int) -> tuple[int, int]:
         """(shard number, sample number inside it) of global sample ``index``."""
         if not 0 <= index < len(self):
@@ -279,6 +289,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._predownload(position)
         new = number not in self._open
         opened = self._shard(number)
+        self.counters.add("samples", 1 + position - (position if first is None else first))
         if new and self.local_read_ahead and not is_remote(self.shards[number].url):
             self._read_ahead_of(number, position if first is None else first)
             self._in_order = self._in_order + 1 if number == self._last_opened + 1 else 0
@@ -320,7 +331,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                     f" the shard changed since it was indexed: {self._index_again()}"
                 )
             self._open[number] = opened
-            self.storage.stats.add("opened")
+            self.storage.stats.opened(number)
             return opened
 
     def _open_shard(self, info: ShardInfo) -> Shard:
