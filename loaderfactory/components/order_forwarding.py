@@ -22,7 +22,6 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
-from torch.utils.data import Subset
 
 Order = Callable[[int, int], Sequence[int]]
 """``(seed, epoch)`` → a permutation of the dataset's indices."""
@@ -79,6 +78,8 @@ def _resolve(dataset: Any, depth: int) -> tuple[Order | None, tuple[Any, Any, st
 
 def _plain_subset(dataset: Any) -> bool:
     """A torch ``Subset`` whose item ``i`` is ``dataset[indices[i]]`` (``__getitem__`` not overridden)."""
+    from torch.utils.data import Subset  # here: the order engine itself needs no torch
+
     return isinstance(dataset, Subset) and type(dataset).__getitem__ is Subset.__getitem__
 
 
