@@ -57,7 +57,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         decode: True (every known extension), False (bytes), or the extensions to decode.
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
-        open_shards: how many shards stay open (a Parquet shard holds one decoded row group).
+        open_shards: how many shards stay open (an open Parquet shard keeps the row groups it read,
+            up to 256 MiB: :data:`~loaderfactory.shards.parquet_format.ROW_GROUPS_HELD_BYTES`).
         shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`).
         shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
             ``"auto"``: by extension.
