@@ -4,6 +4,7 @@ opened far more often than that order needs."""
 
 from __future__ import annotations
 
+import json
 import warnings
 from pathlib import Path
 from typing import Any
@@ -149,3 +150,37 @@ def test_no_warning_where_the_order_is_fine(urls: list[str], case: str) -> None:
     assert len(ids) == len(wrapper) and len(set(ids)) == len(ids)
     if case == "stored order":
         assert "note" not in shards.stats()
+
+
+@pytest.mark.slow  # the command's first fork starts its interpreter: ~20 s on a loaded machine
+@pytest.mark.usefixtures("cli_forks")
+def test_the_command_reports_the_reopened_shards(urls: list[str], tmp_path: Path) -> None:
+    """``loaderfactory`` over the hiding wrapper given by ``_target_``: the run's report.json and its
+    printed table carry the note naming the fix."""
+    from cli_forks import run_command
+
+    (tmp_path / "lf_augmented.py").write_text(
+        "class Augmented:\n"
+        "    def __init__(self, dataset):\n        self.dataset = dataset\n"
+        "    def __len__(self):\n        return len(self.dataset)\n"
+        "    def __getitem__(self, index):\n        return {'cls': self.dataset[index]['cls']}\n"
+    )
+    folder = str(Path(urls[0]).parent) + "/"
+    inner = (
+        f"{{_target_: loaderfactory.shards.ShardsDataset, urls: '{folder}', open_shards: 2, progress: false}}"
+    )
+    done = run_command(
+        tmp_path,
+        "run.progress=false",
+        "~dataset",
+        f"+dataset={{_target_: lf_augmented.Augmented, dataset: {inner}}}",
+        "loader.shuffle=true",
+        "loader.batch_size=4",
+        f"hydra.run.dir={tmp_path / 'run'}",
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    shards = json.loads((tmp_path / "run" / "report.json").read_text())["shards"]
+    assert shards["samples_read"] == TOTAL and shards["shards_opened"] > 10 * len(COUNTS)
+    assert "ForwardEpochOrder" in shards["note"]
+    assert "shards: note" in done.stdout + done.stderr
