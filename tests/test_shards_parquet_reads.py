@@ -56,3 +56,4 @@ def test_a_shuffled_epoch_reads_each_row_group_once(packed: tuple[str, int], num
     groups = ITEMS // 16
     assert stats["bytes_read_local"] <= readers * size * 1.5, stats
     assert stats["row_groups_read"] <= readers * (groups + 2)
+    assert stats["samples_read"] == ITEMS

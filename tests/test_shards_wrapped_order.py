@@ -109,7 +109,8 @@ def test_a_subset_follows_the_window_order_of_its_indices(urls: list[str]) -> No
         ids = _read(Subset(shards, indices))
     kept = set(indices)
     assert ids == [i for i in window_order(COUNTS, SEED, 0, 1).tolist() if i in kept]
-    assert shards.stats()["shards_opened"] == len(COUNTS)
+    stats = shards.stats()
+    assert stats["shards_opened"] == len(COUNTS) and stats["samples_read"] == len(indices)
 
 
 def test_a_subset_of_a_hiding_wrapper_is_warned_about(urls: list[str]) -> None:

@@ -100,6 +100,7 @@ def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run
                 return None
             sample["__url__"] = url
         out.extend(samples)
+    dataset.counters.add("samples", len(out))
     return StackedItems(out, {field: target.tensor for field, target in targets.items()})
 
 
@@ -148,4 +149,5 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         if keys and any(key not in sample for key in keys):
             return [dataset[index] for index in run]  # raises the ShardError naming the missing field
         sample["__url__"] = url
+    dataset.counters.add("samples", len(samples))
     return samples

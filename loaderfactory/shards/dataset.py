@@ -271,6 +271,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 f"{', '.join(map(repr, absent))}; it has {sorted(k for k in sample if k[:2] != '__')}"
             )
         sample["__url__"] = url
+        self.counters.add("samples")
         return sample
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
@@ -290,7 +291,6 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._predownload(position)
         new = number not in self._open
         opened = self._shard(number)
-        self.counters.add("samples", 1 + position - (position if first is None else first))
         if new and self.local_read_ahead and not is_remote(self.shards[number].url):
             self._read_ahead_of(number, position if first is None else first)
             self._in_order = self._in_order + 1 if number == self._last_opened + 1 else 0
