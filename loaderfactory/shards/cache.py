@@ -1,12 +1,18 @@
 """A local disk cache of remote shards, shared by every rank and worker process on one machine.
 
-Each remote shard becomes one file ``<16 hex digits of sha1(url)>.<its name>`` in the cache folder,
-beside an empty lock file ``.<that name>.lock`` (deleted with it). Processes coordinate with
-``flock`` locks only:
+Each version of a remote shard becomes one file ``<16 hex digits>.<its name>`` in the cache folder,
+the digits those of sha1 of its URL, byte size and version tag (an ETag or modification time, as the
+index says, :meth:`ShardCache.expect`; else as the store says now), beside an empty lock file
+``.<that name>.lock`` (deleted with it). A shard replaced in the store (another size or tag) thus has
+another name, and is fetched again; a file of an older name is never reused, only evicted. Processes
+coordinate with ``flock`` locks only:
 
-- fetch: take the shard's lock file exclusively; a shard already there is reused, else it is written
-  unnamed and linked into place whole (:func:`~loaderfactory.shards.staged_file.staged_file`), so a
-  second process waits, then reuses it, and a failed or killed fetch leaves nothing;
+- fetch: take the shard's lock file exclusively; a shard already there (of the size expected) is
+  reused, else the store is asked whether it holds the version expected
+  (:class:`~loaderfactory.shards.errors.ShardChangedError` if not), and the shard is written
+  unnamed and linked into place only once whole, every byte expected and no more
+  (:func:`~loaderfactory.shards.staged_file.staged_file`), so a second process waits, then reuses
+  it, and a failed, short or killed fetch leaves nothing;
 - use: the cached file is held open with a shared lock while its shard is open
   (:meth:`ShardCache.hold`); each use touches it (its mtime orders the LRU);
 - evict: before a fetch, least recently used first until the new shard fits ``limit``; only files
@@ -14,7 +20,9 @@ beside an empty lock file ``.<that name>.lock`` (deleted with it). Processes coo
   the machine), only names of the pattern above; the lock file goes with the shard (a process
   waiting on a deleted lock file takes the new one instead, see ``_locked``).
 
-Local and ``file://`` shards never enter the cache: they are read in place.
+Local and ``file://`` shards never enter the cache: they are read in place. The folder's own
+failures (removed, replaced or made read-only while in use) raise
+:class:`~loaderfactory.shards.errors.CacheError` naming the folder and the shard's URL.
 """
 
 from __future__ import annotations
@@ -29,11 +37,13 @@ import re
 import tempfile
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from loaderfactory.shards.errors import CacheError, CacheLimitError
+from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChangedError, StorageError
+from loaderfactory.shards.index import ShardInfo
+from loaderfactory.shards.object_version import same_version
 from loaderfactory.shards.staged_file import staged_file
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
@@ -102,6 +112,8 @@ class ShardCache:
         self.dir, self.limit, self.storage = Path(dir), limit, storage
         self.over_limit_level = over_limit_level
         self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
+        self._expected: dict[str, tuple[int, str]] = {}
+        self._asked: dict[str, tuple[int, str]] = {}  # the store's answers, for shards indexed untagged
         self._counts = threading.Lock()
         self._check_writable()
 
@@ -125,9 +137,39 @@ class ShardCache:
                 "set cache.dir to a folder this user can create and write, or fix its permissions"
             ) from err
 
+    def expect(self, shards: Iterable[ShardInfo]) -> None:
+        """Take the size and version tag of each shard from its index entry: they name its cached
+        copy, and a fetch checks the store still holds that version."""
+        self._expected.update((info.url, (info.bytes, info.version)) for info in shards)
+
     def path_of(self, url: str) -> Path:
-        """Where the remote shard ``url`` lives in the cache."""
-        digest = hashlib.sha1(url.encode()).hexdigest()[:16]
+        """Where the version of the remote shard ``url`` that its index gives lives in the cache (for
+        a shard not given to :meth:`expect`, the version the store holds now: one request)."""
+        return self._path(url, *self._identity(url))
+
+    def holds(self, url: str) -> bool:
+        """Whether the copy of ``url`` named by what is known of it is in the cache now (asks the
+        store nothing: False where its version is not known yet)."""
+        expected = self._expected.get(url)
+        known = expected if expected is not None and expected[1] else self._asked.get(url)
+        return known is not None and self._path(url, *known).exists()
+
+    def _identity(self, url: str) -> tuple[int, str]:
+        """The size and version tag naming ``url``'s copy: its index entry's; the store's (asked once
+        in this process) where the entry has no tag (an index written beside local files) or there
+        is none; ShardChangedError where the store's size is not the entry's."""
+        expected = self._expected.get(url)
+        if expected is not None and expected[1]:
+            return expected
+        asked = self._asked.get(url)
+        if asked is None:
+            asked = self._asked[url] = self.storage.version(url)
+            if expected is not None and asked[0] != expected[0]:
+                raise _changed(url, asked, expected)
+        return asked
+
+    def _path(self, url: str, size: int, version: str) -> Path:
+        digest = hashlib.sha1(f"{url}\n{size}\n{version}".encode()).hexdigest()[:16]
         return self.dir / f"{digest}.{url.rstrip('/').rsplit('/', 1)[-1]}"
 
     def check_fits(self, url: str, size: int) -> None:
@@ -143,18 +185,56 @@ class ShardCache:
         if absent, once per machine). ``cancel`` set stops a fetch between ranges (nothing left)."""
         if not is_remote(url):
             return split_scheme(url)[1]
-        path = self.path_of(url)
-        with _locked(_lock_path(path), fcntl.LOCK_EX):
-            if path.exists():
-                with contextlib.suppress(FileNotFoundError):  # evicted just now: fetched again below
-                    _touch(path)
-                    self._count("hits", 1)
-                    return str(path)
-            size = self.storage.size(url)
+        size, version = self._identity(url)
+        path = self._path(url, size, version)
+        with self._folder_errors(url), _locked(_lock_path(path), fcntl.LOCK_EX):
+            if self._reusable(path, size):
+                self._count("hits", 1)
+                return str(path)
+            self._check_version(url, size, version)
             self.check_fits(url, size)
             self._make_room(size)
             self._download(url, path, size, cancel)
         return str(path)
+
+    def _reusable(self, path: Path, size: int) -> bool:
+        """Whether the cached copy at ``path`` is there and whole (marked used now); a copy of another
+        size (damaged on disk) is deleted, to be fetched again. The caller holds its lock."""
+        try:
+            found = path.stat().st_size
+            if found == size:
+                _touch(path)
+                return True
+        except FileNotFoundError:  # absent, or evicted just now
+            return False
+        log.warning("%s holds %d bytes where %d are expected: fetching it again", path, found, size)
+        path.unlink(missing_ok=True)
+        return False
+
+    def _check_version(self, url: str, size: int, version: str) -> None:
+        """ShardChangedError unless the store holds ``url`` in the size and version expected."""
+        found = self.storage.version(url)
+        if found[0] != size or not same_version(version, found[1]):
+            raise _changed(url, found, (size, version))
+
+    @contextlib.contextmanager
+    def _folder_errors(self, url: str) -> Iterator[None]:
+        """Failures of the cache folder itself (a lock or shard file that cannot be made there) as a
+        CacheError naming the folder, ``url`` and what to do; other errors (the store's) unchanged."""
+        try:
+            yield
+        except OSError as err:
+            if isinstance(err, (CacheError, StorageError)) or not self._in_folder(err):
+                raise
+            raise CacheError(
+                f"cache.dir {str(self.dir)!r}: cannot keep {url} there ({err.strerror or err}: "
+                f"{err.filename}); the folder was removed, replaced or made read-only while in use: "
+                "make it a writable folder again, or set cache.dir to another one, and run again"
+            ) from err
+
+    def _in_folder(self, err: OSError) -> bool:
+        names = [name for name in (err.filename, err.filename2) if isinstance(name, (str, os.PathLike))]
+        return any(Path(name) == self.dir or Path(name).parent == self.dir for name in names)
 
     def hold(self, url: str) -> HeldShard:
         """:meth:`local`, with the file locked against eviction until the returned handle is closed."""
@@ -186,6 +266,12 @@ class ShardCache:
         try:
             with staged_file(path) as out:
                 self.storage.download(url, out, size, cancel)
+                if out.tell() != size:  # raised before the link: the file never gets its name
+                    raise StorageError(
+                        f"{url}: the server sent {out.tell()} bytes of the {size} the object has, and "
+                        "nothing was cached: an answer cut short (or too long) by the server or the "
+                        "network, not a fault of the shard; check the server or proxy and run again"
+                    )
             _touch(path)
         except BaseException as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
@@ -233,6 +319,13 @@ class ShardCache:
         with self._counts:
             setattr(self, name, getattr(self, name) + amount)
         self.storage.stats.add(name, amount)
+
+
+def _changed(url: str, found: tuple[int, str], expected: tuple[int, str]) -> ShardChangedError:
+    return ShardChangedError(
+        f"{url}: the store holds {found[0]} bytes ({found[1] or 'no version tag'}) where the index "
+        f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed"
+    )
 
 
 def _evict(path: Path) -> bool:

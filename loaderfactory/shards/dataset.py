@@ -19,7 +19,7 @@ from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
-from loaderfactory.shards.errors import READ_ERRORS, ShardError, in_sample
+from loaderfactory.shards.errors import READ_ERRORS, ShardChangedError, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
 from loaderfactory.shards.index_cache import cached_index_path, index_through_cache
 from loaderfactory.shards.next_shard import NextShard
@@ -121,6 +121,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
         found = on_rank_zero(lambda: self._find(urls, index, cache_dir), "reading the shards index")
         self.urls, self.shards, self.index_source = found
+        if self.cache is not None:
+            self.cache.expect(self.shards)
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
@@ -159,6 +161,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             # Past its own estimate, by shards held open in several workers: no surprise, so INFO.
             level = logging.INFO if self._cache_limit is None else logging.WARNING
             self.cache = ShardCache(self._private.path, limit, self.storage, level)
+            self.cache.expect(self.shards)
 
     def default_cache_limit(self) -> int:
         """The private cache's bound: the largest remote shard times what may be held at once (the
@@ -297,7 +300,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _must_fetch(self, number: int) -> bool:
         url = self.shards[number].url
-        return self.cache is not None and is_remote(url) and not self.cache.path_of(url).exists()
+        return self.cache is not None and is_remote(url) and not self.cache.holds(url)
 
     def _shard(self, number: int) -> Shard:
         with self._lock:
@@ -312,7 +315,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             ahead = self._next
             opened = None if ahead is None or ahead.pid != os.getpid() else ahead.take(number)
             if opened is None:
-                opened = self._open_shard(info)
+                try:
+                    opened = self._open_shard(info)
+                except ShardChangedError as err:
+                    raise ShardChangedError(f"{err}: {self._index_again()}") from err
             if len(opened) != info.samples:
                 opened.close()
                 raise ShardError(

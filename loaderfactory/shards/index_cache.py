@@ -7,9 +7,12 @@ With a ``cache.dir``, the index built at the first start is saved there as
 next start; shards added to the folder since are indexed alone and added to it. The cache never
 evicts it (it evicts only shard files, named ``<16 hex digits>.<shard name>``).
 
-A saved entry holds a shard's sample count as it was then: a shard rewritten with another count is
-caught when it is opened (:class:`~loaderfactory.shards.errors.ShardError` naming this file, to be
-deleted), never read with wrong offsets, which come from the shard itself.
+A saved entry holds a shard's sample count, size and version tag (ETag) as they were then: a shard
+replaced since is caught when it is fetched or opened
+(:class:`~loaderfactory.shards.errors.ShardChangedError` or ``ShardError`` naming this file, to be
+deleted), never read from an older cached copy nor with wrong offsets, which come from the shard
+itself. (An entry saved without a tag, by an earlier version, has its copy named by the tag the store
+gives when the shard is first opened.)
 """
 
 from __future__ import annotations
