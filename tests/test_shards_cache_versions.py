@@ -21,6 +21,7 @@ from shards_data import id_samples, tar_bytes, write_indexed_tar_shards
 import loaderfactory
 from loaderfactory.shards import (
     CacheError,
+    ShardChangedError,
     Storage,
     StorageError,
     build_index,
@@ -74,6 +75,21 @@ def test_a_shard_replaced_in_the_bucket_is_fetched_again(
     assert (before[0].bytes != after[0].bytes) == bool(padding)
     assert before[0].version != after[0].version
     assert len(list(cache_dir.glob("*.train-000000.tar"))) == 2  # the old copy is left to eviction
+
+
+def test_a_shard_replaced_but_not_indexed_again_is_refused_naming_it(
+    s3: S3Server, fsspec_io_thread: None, tmp_path: Path
+) -> None:
+    """A shard rewritten (same size, another ETag), its index left as it was: a fetch of it fails
+    naming the shard, both versions and what to do, instead of reading samples the index does not
+    describe. (A copy of the version the index names, cached before, is still read: no request.)"""
+    prefix = "versions/stale-index"
+    urls = _put_indexed(s3, prefix, 0, 0)
+    Storage(s3.storage_options).write(urls[0], tar_bytes(id_samples(100, 5)))
+    config = _config(s3.url(f"{prefix}/"), tmp_path / "cache", storage_options=s3.storage_options)
+    changed = rf"{urls[0]}: the store holds \d+ bytes \(etag:\w+\) where the index says \d+ \(etag:\w+\)"
+    with pytest.raises(ShardChangedError, match=rf"{changed}; the shard changed .*: index it again"):
+        _ids(config)
 
 
 class ShortBodyHandler(CountingRangeHandler):

@@ -18,7 +18,8 @@ coordinate with ``flock`` locks only:
 - evict: before a fetch, least recently used first until the new shard fits ``limit``; only files
   whose lock file and themselves take an exclusive non-blocking lock (fetched and open nowhere on
   the machine), only names of the pattern above; the lock file goes with the shard (a process
-  waiting on a deleted lock file takes the new one instead, see ``_locked``).
+  waiting on a deleted lock file takes the new one instead, see
+  :func:`~loaderfactory.shards.cache_files.locked`).
 
 Local and ``file://`` shards never enter the cache: they are read in place. The folder's own
 failures (removed, replaced or made read-only while in use) raise
@@ -36,11 +37,11 @@ import os
 import re
 import tempfile
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from loaderfactory.shards.cache_files import HeldShard, evict, lock_path, locked, touch
 from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChangedError, StorageError
 from loaderfactory.shards.index import ShardInfo
 from loaderfactory.shards.object_version import same_version
@@ -61,25 +62,6 @@ def human_bytes(count: int) -> str:
             break
         value /= 1024
     return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({count} bytes)"
-
-
-class HeldShard:
-    """A shard's local path, kept from eviction while this is open (a shared lock on the cached file).
-
-    ``close()`` closes the descriptor and never unlocks explicitly: a worker process forked while
-    the shard was held shares the lock, and an explicit unlock there would release the parent's.
-    """
-
-    def __init__(self, path: str, fd: int | None) -> None:
-        self.path, self._fd = path, fd
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
 
 
 class ShardCache:
@@ -187,7 +169,7 @@ class ShardCache:
             return split_scheme(url)[1]
         size, version = self._identity(url)
         path = self._path(url, size, version)
-        with self._folder_errors(url), _locked(_lock_path(path), fcntl.LOCK_EX):
+        with self._folder_errors(url), locked(lock_path(path), fcntl.LOCK_EX):
             if self._reusable(path, size):
                 self._count("hits", 1)
                 return str(path)
@@ -203,7 +185,7 @@ class ShardCache:
         try:
             found = path.stat().st_size
             if found == size:
-                _touch(path)
+                touch(path)
                 return True
         except FileNotFoundError:  # absent, or evicted just now
             return False
@@ -240,7 +222,7 @@ class ShardCache:
         """:meth:`local`, with the file locked against eviction until the returned handle is closed."""
         if not is_remote(url):
             return HeldShard(self.local(url), None)
-        with self.storage.stats.timed("hold_ns"):  # what a reader waits for a shard: the fetch's time
+        with self.storage.stats.timed("hold_ns"), self._folder_errors(url):  # hold_ns: the fetch's time
             return self._hold(url)
 
     def _hold(self, url: str) -> HeldShard:
@@ -272,7 +254,7 @@ class ShardCache:
                         "nothing was cached: an answer cut short (or too long) by the server or the "
                         "network, not a fault of the shard; check the server or proxy and run again"
                     )
-            _touch(path)
+            touch(path)
         except BaseException as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise CacheError(
@@ -287,13 +269,13 @@ class ShardCache:
         """Evict least recently used, unheld shards until ``incoming`` more bytes fit ``limit``."""
         if self.limit is None:
             return
-        with _locked(self.dir / ".evict.lock", fcntl.LOCK_EX):
+        with locked(self.dir / ".evict.lock", fcntl.LOCK_EX):
             entries = sorted(self._entries(), key=lambda entry: entry[1].st_mtime_ns)
             total = sum(stat.st_size for _, stat in entries)
             for path, stat in entries:
                 if total + incoming <= self.limit:
                     break
-                if _evict(path):
+                if evict(path):
                     total -= stat.st_size
                     self._count("evicted", 1)
             if total + incoming > self.limit:
@@ -326,61 +308,3 @@ def _changed(url: str, found: tuple[int, str], expected: tuple[int, str]) -> Sha
         f"{url}: the store holds {found[0]} bytes ({found[1] or 'no version tag'}) where the index "
         f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed"
     )
-
-
-def _evict(path: Path) -> bool:
-    """Delete the cached shard at ``path`` and its lock file unless a process holds or fetches it;
-    True when deleted."""
-    lock = _lock_path(path)
-    try:
-        with _locked(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if os.stat(path).st_ino != os.fstat(fd).st_ino:
-                    return False
-                path.unlink()
-            finally:
-                os.close(fd)
-            # Safe under the lock: a process that opened the old lock file and waits on it finds it
-            # unlinked once it gets the lock, and takes a new one (see _locked).
-            lock.unlink(missing_ok=True)
-            return True
-    except (BlockingIOError, FileNotFoundError):
-        return False  # being fetched or read, or evicted by another process meanwhile
-
-
-def _touch(path: Path) -> None:
-    """Mark ``path`` used now, to the nanosecond: the filesystem's own clock ticks too coarsely (ms)
-    to order two uses in a row."""
-    now = time.time_ns()
-    os.utime(path, ns=(now, now))
-
-
-def _lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
-
-
-@contextlib.contextmanager
-def _locked(path: Path, operation: int) -> Iterator[None]:
-    """Hold a ``flock`` on the file ``path`` (created if absent); per open file, so threads exclude too.
-
-    Eviction deletes a shard's lock file while holding it: a lock taken on a file no longer at
-    ``path`` (the inode differs, or none is there) protects nothing, so it is dropped and taken
-    again on the file now there. Raises BlockingIOError for a busy ``LOCK_NB`` lock.
-    """
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, operation)
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                    break
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-    try:
-        yield
-    finally:
-        os.close(fd)

@@ -5,9 +5,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-_TAGS = ("ETag", "etag", "generation", "LastModified", "Last-Modified", "updated", "mtime")
-"""fsspec ``info`` keys naming a version, best first: S3's and HTTP's ETag, GCS's etag and
-generation, then modification times (S3, HTTP, GCS, others)."""
+_TAGS = ("ETag", "generation", "etag", "LastModified", "Last-Modified", "updated", "mtime")
+"""fsspec ``info`` keys naming a version, best first: S3's and HTTP's ETag, GCS's generation (its
+etag changes with metadata too), other stores' etag, then modification times (S3, HTTP, GCS,
+others)."""
 
 
 def version_of(info: Mapping[str, Any]) -> str:
