@@ -153,25 +153,29 @@ def _put(s3: S3Server, prefix: str, counts: list[int]) -> list[str]:
     return urls
 
 
-@pytest.mark.parametrize("how", ["removed", "replaced by a file"])
+@pytest.mark.parametrize(("how", "workers"), [("removed", 0), ("replaced by a file", 0), ("removed", 2)])
 def test_a_cache_dir_gone_mid_epoch_is_a_cache_error_naming_it(
-    s3: S3Server, fsspec_io_thread: None, tmp_path: Path, how: str
+    s3: S3Server, fsspec_io_thread: None, tmp_path: Path, how: str, workers: int
 ) -> None:
-    """cache.dir removed (or replaced by a file) after the first batch: the read of the next shard
-    fails with a CacheError naming the folder, the shard's URL, the sample and what to do."""
-    urls = _put(s3, f"versions/gone-{how.replace(' ', '-')}", [2, 2])
+    """cache.dir removed (or replaced by a file) after the first batch (with workers: before their
+    first read): the read of the next shard fails with a CacheError, in the loop, naming the folder,
+    the shard's URL, the sample and what to do."""
+    prefix = f"versions/gone-{how.replace(' ', '-')}-{workers}"
+    urls = _put(s3, prefix, [2, 2])
     cache_dir = tmp_path / "cache"
-    config = _config(s3.url(f"versions/gone-{how.replace(' ', '-')}/"), cache_dir, open_shards=1)
-    config["dataset"]["storage_options"] = s3.storage_options
+    config = _config(s3.url(f"{prefix}/"), cache_dir, open_shards=1, storage_options=s3.storage_options)
+    config["loader"]["num_workers"] = workers
+    first = 2 if workers == 0 else 0
     with loaderfactory.build_loader(config) as loader:
-        batches = iter(loader)
-        assert [int(i) for i in next(batches)["cls"]] == [0, 1]
+        if workers == 0:
+            batches = iter(loader)
+            assert [int(i) for i in next(batches)["cls"]] == [0, 1]
         shutil.rmtree(cache_dir)
         if how != "removed":
             cache_dir.write_text("")
         with pytest.raises(CacheError) as caught:
-            next(batches)
+            next(batches if workers == 0 else iter(loader))
     message = str(caught.value)
-    assert f"cache.dir '{cache_dir}': cannot keep {urls[1]} there" in message
+    assert f"cache.dir '{cache_dir}': cannot keep {urls[first // 2]} there" in message
     assert "make it a writable folder again, or set cache.dir to another one" in message
-    assert "sample #0 of the shard (#2 overall)" in message
+    assert f"sample #0 of the shard (#{first} overall)" in message
