@@ -96,6 +96,7 @@ class ShardCache:
         self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
         self._expected: dict[str, tuple[int, str]] = {}
         self._asked: dict[str, tuple[int, str]] = {}  # the store's answers, for shards indexed untagged
+        self._unchecked: set[str] = set()  # shards whose copies are reused only once the store agrees
         self._counts = threading.Lock()
         self._check_writable()
 
@@ -119,10 +120,15 @@ class ShardCache:
                 "set cache.dir to a folder this user can create and write, or fix its permissions"
             ) from err
 
-    def expect(self, shards: Iterable[ShardInfo]) -> None:
+    def expect(self, shards: Iterable[ShardInfo], check_reuse: bool = False) -> None:
         """Take the size and version tag of each shard from its index entry: they name its cached
-        copy, and a fetch checks the store still holds that version."""
+        copy, and a fetch checks the store still holds that version. ``check_reuse``: a copy is
+        also reused only once the store holds its version (asked once per shard and process), for
+        an index that is not the data's own (the one :mod:`.index_cache` keeps)."""
+        shards = list(shards)
         self._expected.update((info.url, (info.bytes, info.version)) for info in shards)
+        if check_reuse:
+            self._unchecked.update(info.url for info in shards)
 
     def path_of(self, url: str) -> Path:
         """Where the version of the remote shard ``url`` that its index gives lives in the cache (for
@@ -171,6 +177,8 @@ class ShardCache:
         path = self._path(url, size, version)
         with self._folder_errors(url), locked(lock_path(path), fcntl.LOCK_EX):
             if self._reusable(path, size):
+                if url in self._unchecked:
+                    self._check_version(url, size, version)
                 self._count("hits", 1)
                 return str(path)
             self._check_version(url, size, version)
@@ -198,6 +206,7 @@ class ShardCache:
         found = self.storage.version(url)
         if found[0] != size or not same_version(version, found[1]):
             raise _changed(url, found, (size, version))
+        self._unchecked.discard(url)
 
     @contextlib.contextmanager
     def _folder_errors(self, url: str) -> Iterator[None]:

@@ -21,7 +21,7 @@ from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
 from loaderfactory.shards.errors import READ_ERRORS, ShardChangedError, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
-from loaderfactory.shards.index_cache import cached_index_path, index_through_cache
+from loaderfactory.shards.index_cache import cached_index_path, forget, index_through_cache
 from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
@@ -122,7 +122,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         found = on_rank_zero(lambda: self._find(urls, index, cache_dir), "reading the shards index")
         self.urls, self.shards, self.index_source = found
         if self.cache is not None:
-            self.cache.expect(self.shards)
+            self.cache.expect(self.shards, self._index_is_cached())
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
@@ -292,10 +292,18 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._predownload(position)
         return opened
 
-    def _index_again(self) -> str:
-        """What to do about an index that no longer matches its shards."""
-        if self.cache is not None and self.index_source == str(cached_index_path(self.cache.dir, self.urls)):
-            return f"delete the cached index {self.index_source} to index the shards again"
+    def _index_is_cached(self) -> bool:
+        """Whether the index came from ``cache_dir`` (:mod:`.index_cache`), not from the data."""
+        return self.cache is not None and self.index_source == str(
+            cached_index_path(self.cache.dir, self.urls)
+        )
+
+    def _index_again(self, url: str) -> str:
+        """What to do about an index that no longer matches the shard ``url``; an index kept in the
+        cache forgets the shard now, so that the next start indexes it anew."""
+        if self._index_is_cached():
+            forget(self.index_source, url, self.storage)
+            return f"the cached index {self.index_source} forgot it: run again to index it anew"
         return "index it again"
 
     def _must_fetch(self, number: int) -> bool:
@@ -318,12 +326,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 try:
                     opened = self._open_shard(info)
                 except ShardChangedError as err:
-                    raise ShardChangedError(f"{err}: {self._index_again()}") from err
+                    raise ShardChangedError(f"{err}: {self._index_again(info.url)}") from err
             if len(opened) != info.samples:
                 opened.close()
                 raise ShardError(
                     f"{info.url}: has {len(opened)} samples but the index says {info.samples};"
-                    f" the shard changed since it was indexed: {self._index_again()}"
+                    f" the shard changed since it was indexed: {self._index_again(info.url)}"
                 )
             self._open[number] = opened
             self.storage.stats.add("opened")
