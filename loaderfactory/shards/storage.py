@@ -142,6 +142,8 @@ class Storage:
             return self.size(url), ""
         fs, path = self._remote(scheme, rest)
         info = self._retry(url, lambda: fs.info(path))
+        if info.get("size") is None:
+            raise StorageError(f"{url}: the server tells no size for it (no Content-Length on HEAD)")
         return int(info["size"]), version_of(info)
 
     def read(self, url: str) -> bytes:
