@@ -15,7 +15,8 @@ from counting_http_server import serving
 from shards_data import write_tar_shards
 
 from loaderfactory.shards import Storage
-from loaderfactory.shards.cache import ShardCache, _locked
+from loaderfactory.shards.cache import ShardCache
+from loaderfactory.shards.cache_files import locked
 
 
 @pytest.fixture
@@ -48,11 +49,11 @@ def test_a_lock_taken_on_a_deleted_lock_file_is_taken_again_on_the_new_one(tmp_p
     inode: list[int] = []
 
     def waiter() -> None:
-        with _locked(lock, fcntl.LOCK_EX):
+        with locked(lock, fcntl.LOCK_EX):
             inode.append(os.stat(lock).st_ino)
             entered.set()
 
-    with _locked(lock, fcntl.LOCK_EX):
+    with locked(lock, fcntl.LOCK_EX):
         old = os.stat(lock).st_ino
         thread = threading.Thread(target=waiter, name="lock-waiter")
         thread.start()

@@ -7,6 +7,7 @@ from loaderfactory.shards.dataset import ShardsDataset
 from loaderfactory.shards.errors import (
     CacheError,
     CacheLimitError,
+    ShardChangedError,
     ShardError,
     ShardNotFoundError,
     StorageError,
@@ -34,6 +35,7 @@ __all__ = [
     "PackError",
     "PackResult",
     "ShardCache",
+    "ShardChangedError",
     "ShardError",
     "ShardInfo",
     "ShardNotFoundError",

@@ -1,20 +1,29 @@
 """A local disk cache of remote shards, shared by every rank and worker process on one machine.
 
-Each remote shard becomes one file ``<16 hex digits of sha1(url)>.<its name>`` in the cache folder,
-beside an empty lock file ``.<that name>.lock`` (deleted with it). Processes coordinate with
-``flock`` locks only:
+Each version of a remote shard becomes one file ``<16 hex digits>.<its name>`` in the cache folder,
+the digits those of sha1 of its URL, byte size and version tag (an ETag or modification time, as the
+index says, :meth:`ShardCache.expect`; else as the store says now), beside an empty lock file
+``.<that name>.lock`` (deleted with it). A shard replaced in the store (another size or tag) thus has
+another name, and is fetched again; a file of an older name is never reused, only evicted. Processes
+coordinate with ``flock`` locks only:
 
-- fetch: take the shard's lock file exclusively; a shard already there is reused, else it is written
-  unnamed and linked into place whole (:func:`~loaderfactory.shards.staged_file.staged_file`), so a
-  second process waits, then reuses it, and a failed or killed fetch leaves nothing;
+- fetch: take the shard's lock file exclusively; a shard already there (of the size expected) is
+  reused, else the store is asked whether it holds the version expected
+  (:class:`~loaderfactory.shards.errors.ShardChangedError` if not), and the shard is written
+  unnamed and linked into place only once whole, every byte expected and no more
+  (:func:`~loaderfactory.shards.staged_file.staged_file`), so a second process waits, then reuses
+  it, and a failed, short or killed fetch leaves nothing;
 - use: the cached file is held open with a shared lock while its shard is open
   (:meth:`ShardCache.hold`); each use touches it (its mtime orders the LRU);
 - evict: before a fetch, least recently used first until the new shard fits ``limit``; only files
   whose lock file and themselves take an exclusive non-blocking lock (fetched and open nowhere on
   the machine), only names of the pattern above; the lock file goes with the shard (a process
-  waiting on a deleted lock file takes the new one instead, see ``_locked``).
+  waiting on a deleted lock file takes the new one instead, see
+  :func:`~loaderfactory.shards.cache_files.locked`).
 
-Local and ``file://`` shards never enter the cache: they are read in place.
+Local and ``file://`` shards never enter the cache: they are read in place. The folder's own
+failures (removed, replaced or made read-only while in use) raise
+:class:`~loaderfactory.shards.errors.CacheError` naming the folder and the shard's URL.
 """
 
 from __future__ import annotations
@@ -28,12 +37,14 @@ import os
 import re
 import tempfile
 import threading
-import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from loaderfactory.shards.errors import CacheError, CacheLimitError
+from loaderfactory.shards.cache_files import HeldShard, evict, lock_path, locked, touch
+from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChangedError, StorageError
+from loaderfactory.shards.index import ShardInfo
+from loaderfactory.shards.object_version import same_version
 from loaderfactory.shards.staged_file import staged_file
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
@@ -51,25 +62,6 @@ def human_bytes(count: int) -> str:
             break
         value /= 1024
     return f"{count} bytes" if unit == "bytes" else f"{value:.1f} {unit} ({count} bytes)"
-
-
-class HeldShard:
-    """A shard's local path, kept from eviction while this is open (a shared lock on the cached file).
-
-    ``close()`` closes the descriptor and never unlocks explicitly: a worker process forked while
-    the shard was held shares the lock, and an explicit unlock there would release the parent's.
-    """
-
-    def __init__(self, path: str, fd: int | None) -> None:
-        self.path, self._fd = path, fd
-
-    def close(self) -> None:
-        fd, self._fd = self._fd, None
-        if fd is not None:
-            os.close(fd)
-
-    def __del__(self) -> None:
-        self.close()
 
 
 class ShardCache:
@@ -102,6 +94,9 @@ class ShardCache:
         self.dir, self.limit, self.storage = Path(dir), limit, storage
         self.over_limit_level = over_limit_level
         self.fetched = self.hits = self.evicted = self.bytes_fetched = 0
+        self._expected: dict[str, tuple[int, str]] = {}
+        self._asked: dict[str, tuple[int, str]] = {}  # the store's answers, for shards indexed untagged
+        self._unchecked: set[str] = set()  # shards whose copies are reused only once the store agrees
         self._counts = threading.Lock()
         self._check_writable()
 
@@ -125,9 +120,44 @@ class ShardCache:
                 "set cache.dir to a folder this user can create and write, or fix its permissions"
             ) from err
 
+    def expect(self, shards: Iterable[ShardInfo], check_reuse: bool = False) -> None:
+        """Take the size and version tag of each shard from its index entry: they name its cached
+        copy, and a fetch checks the store still holds that version. ``check_reuse``: a copy is
+        also reused only once the store holds its version (asked once per shard and process), for
+        an index that is not the data's own (the one :mod:`.index_cache` keeps)."""
+        shards = list(shards)
+        self._expected.update((info.url, (info.bytes, info.version)) for info in shards)
+        if check_reuse:
+            self._unchecked.update(info.url for info in shards)
+
     def path_of(self, url: str) -> Path:
-        """Where the remote shard ``url`` lives in the cache."""
-        digest = hashlib.sha1(url.encode()).hexdigest()[:16]
+        """Where the version of the remote shard ``url`` that its index gives lives in the cache (for
+        a shard not given to :meth:`expect`, the version the store holds now: one request)."""
+        return self._path(url, *self._identity(url))
+
+    def holds(self, url: str) -> bool:
+        """Whether the copy of ``url`` named by what is known of it is in the cache now (asks the
+        store nothing: False where its version is not known yet)."""
+        expected = self._expected.get(url)
+        known = expected if expected is not None and expected[1] else self._asked.get(url)
+        return known is not None and self._path(url, *known).exists()
+
+    def _identity(self, url: str) -> tuple[int, str]:
+        """The size and version tag naming ``url``'s copy: its index entry's; the store's (asked once
+        in this process) where the entry has no tag (an index written beside local files) or there
+        is none; ShardChangedError where the store's size is not the entry's."""
+        expected = self._expected.get(url)
+        if expected is not None and expected[1]:
+            return expected
+        asked = self._asked.get(url)
+        if asked is None:
+            asked = self._asked[url] = self.storage.version(url)
+            if expected is not None and asked[0] != expected[0]:
+                raise _changed(url, asked, expected)
+        return asked
+
+    def _path(self, url: str, size: int, version: str) -> Path:
+        digest = hashlib.sha1(f"{url}\n{size}\n{version}".encode()).hexdigest()[:16]
         return self.dir / f"{digest}.{url.rstrip('/').rsplit('/', 1)[-1]}"
 
     def check_fits(self, url: str, size: int) -> None:
@@ -143,24 +173,65 @@ class ShardCache:
         if absent, once per machine). ``cancel`` set stops a fetch between ranges (nothing left)."""
         if not is_remote(url):
             return split_scheme(url)[1]
-        path = self.path_of(url)
-        with _locked(_lock_path(path), fcntl.LOCK_EX):
-            if path.exists():
-                with contextlib.suppress(FileNotFoundError):  # evicted just now: fetched again below
-                    _touch(path)
-                    self._count("hits", 1)
-                    return str(path)
-            size = self.storage.size(url)
+        size, version = self._identity(url)
+        path = self._path(url, size, version)
+        with self._folder_errors(url), locked(lock_path(path), fcntl.LOCK_EX):
+            if self._reusable(path, size):
+                if url in self._unchecked:
+                    self._check_version(url, size, version)
+                self._count("hits", 1)
+                return str(path)
+            self._check_version(url, size, version)
             self.check_fits(url, size)
             self._make_room(size)
             self._download(url, path, size, cancel)
         return str(path)
 
+    def _reusable(self, path: Path, size: int) -> bool:
+        """Whether the cached copy at ``path`` is there and whole (marked used now); a copy of another
+        size (damaged on disk) is deleted, to be fetched again. The caller holds its lock."""
+        try:
+            found = path.stat().st_size
+            if found == size:
+                touch(path)
+                return True
+        except FileNotFoundError:  # absent, or evicted just now
+            return False
+        log.warning("%s holds %d bytes where %d are expected: fetching it again", path, found, size)
+        path.unlink(missing_ok=True)
+        return False
+
+    def _check_version(self, url: str, size: int, version: str) -> None:
+        """ShardChangedError unless the store holds ``url`` in the size and version expected."""
+        found = self.storage.version(url)
+        if found[0] != size or not same_version(version, found[1]):
+            raise _changed(url, found, (size, version))
+        self._unchecked.discard(url)
+
+    @contextlib.contextmanager
+    def _folder_errors(self, url: str) -> Iterator[None]:
+        """Failures of the cache folder itself (a lock or shard file that cannot be made there) as a
+        CacheError naming the folder, ``url`` and what to do; other errors (the store's) unchanged."""
+        try:
+            yield
+        except OSError as err:
+            if isinstance(err, (CacheError, StorageError)) or not self._in_folder(err):
+                raise
+            raise CacheError(
+                f"cache.dir {str(self.dir)!r}: cannot keep {url} there ({err.strerror or err}: "
+                f"{err.filename}); the folder was removed, replaced or made read-only while in use: "
+                "make it a writable folder again, or set cache.dir to another one, and run again"
+            ) from err
+
+    def _in_folder(self, err: OSError) -> bool:
+        names = [name for name in (err.filename, err.filename2) if isinstance(name, (str, os.PathLike))]
+        return any(Path(name) == self.dir or Path(name).parent == self.dir for name in names)
+
     def hold(self, url: str) -> HeldShard:
         """:meth:`local`, with the file locked against eviction until the returned handle is closed."""
         if not is_remote(url):
             return HeldShard(self.local(url), None)
-        with self.storage.stats.timed("hold_ns"):  # what a reader waits for a shard: the fetch's time
+        with self.storage.stats.timed("hold_ns"), self._folder_errors(url):  # hold_ns: the fetch's time
             return self._hold(url)
 
     def _hold(self, url: str) -> HeldShard:
@@ -186,7 +257,13 @@ class ShardCache:
         try:
             with staged_file(path) as out:
                 self.storage.download(url, out, size, cancel)
-            _touch(path)
+                if out.tell() != size:  # raised before the link: the file never gets its name
+                    raise StorageError(
+                        f"{url}: the server sent {out.tell()} bytes of the {size} the object has, and "
+                        "nothing was cached: an answer cut short (or too long) by the server or the "
+                        "network, not a fault of the shard; check the server or proxy and run again"
+                    )
+            touch(path)
         except BaseException as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:
                 raise CacheError(
@@ -201,13 +278,13 @@ class ShardCache:
         """Evict least recently used, unheld shards until ``incoming`` more bytes fit ``limit``."""
         if self.limit is None:
             return
-        with _locked(self.dir / ".evict.lock", fcntl.LOCK_EX):
+        with locked(self.dir / ".evict.lock", fcntl.LOCK_EX):
             entries = sorted(self._entries(), key=lambda entry: entry[1].st_mtime_ns)
             total = sum(stat.st_size for _, stat in entries)
             for path, stat in entries:
                 if total + incoming <= self.limit:
                     break
-                if _evict(path):
+                if evict(path):
                     total -= stat.st_size
                     self._count("evicted", 1)
             if total + incoming > self.limit:
@@ -235,59 +312,8 @@ class ShardCache:
         self.storage.stats.add(name, amount)
 
 
-def _evict(path: Path) -> bool:
-    """Delete the cached shard at ``path`` and its lock file unless a process holds or fetches it;
-    True when deleted."""
-    lock = _lock_path(path)
-    try:
-        with _locked(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
-            fd = os.open(path, os.O_RDONLY)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if os.stat(path).st_ino != os.fstat(fd).st_ino:
-                    return False
-                path.unlink()
-            finally:
-                os.close(fd)
-            # Safe under the lock: a process that opened the old lock file and waits on it finds it
-            # unlinked once it gets the lock, and takes a new one (see _locked).
-            lock.unlink(missing_ok=True)
-            return True
-    except (BlockingIOError, FileNotFoundError):
-        return False  # being fetched or read, or evicted by another process meanwhile
-
-
-def _touch(path: Path) -> None:
-    """Mark ``path`` used now, to the nanosecond: the filesystem's own clock ticks too coarsely (ms)
-    to order two uses in a row."""
-    now = time.time_ns()
-    os.utime(path, ns=(now, now))
-
-
-def _lock_path(path: Path) -> Path:
-    return path.with_name(f".{path.name}.lock")
-
-
-@contextlib.contextmanager
-def _locked(path: Path, operation: int) -> Iterator[None]:
-    """Hold a ``flock`` on the file ``path`` (created if absent); per open file, so threads exclude too.
-
-    Eviction deletes a shard's lock file while holding it: a lock taken on a file no longer at
-    ``path`` (the inode differs, or none is there) protects nothing, so it is dropped and taken
-    again on the file now there. Raises BlockingIOError for a busy ``LOCK_NB`` lock.
-    """
-    while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, operation)
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                    break
-        except BaseException:
-            os.close(fd)
-            raise
-        os.close(fd)
-    try:
-        yield
-    finally:
-        os.close(fd)
+def _changed(url: str, found: tuple[int, str], expected: tuple[int, str]) -> ShardChangedError:
+    return ShardChangedError(
+        f"{url}: the store holds {found[0]} bytes ({found[1] or 'no version tag'}) where the index "
+        f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed"
+    )

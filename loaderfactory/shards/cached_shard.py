@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from loaderfactory.shards.cache import HeldShard
+from loaderfactory.shards.cache_files import HeldShard
 from loaderfactory.shards.errors import ShardError
 
 

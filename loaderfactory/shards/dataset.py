@@ -19,9 +19,9 @@ from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
-from loaderfactory.shards.errors import READ_ERRORS, ShardError, in_sample
+from loaderfactory.shards.errors import READ_ERRORS, ShardChangedError, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
-from loaderfactory.shards.index_cache import cached_index_path, index_through_cache
+from loaderfactory.shards.index_cache import cached_index_path, forget, index_through_cache
 from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
@@ -122,6 +122,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
         found = on_rank_zero(lambda: self._find(urls, index, cache_dir), "reading the shards index")
         self.urls, self.shards, self.index_source = found
+        if self.cache is not None:
+            self.cache.expect(self.shards, self._index_is_cached())
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
@@ -160,6 +162,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             # Past its own estimate, by shards held open in several workers: no surprise, so INFO.
             level = logging.INFO if self._cache_limit is None else logging.WARNING
             self.cache = ShardCache(self._private.path, limit, self.storage, level)
+            self.cache.expect(self.shards)
 
     def default_cache_limit(self) -> int:
         """The private cache's bound: the largest remote shard times what may be held at once (the
@@ -301,15 +304,23 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._predownload(position)
         return opened
 
-    def _index_again(self) -> str:
-        """What to do about an index that no longer matches its shards."""
-        if self.cache is not None and self.index_source == str(cached_index_path(self.cache.dir, self.urls)):
-            return f"delete the cached index {self.index_source} to index the shards again"
+    def _index_is_cached(self) -> bool:
+        """Whether the index came from ``cache_dir`` (:mod:`.index_cache`), not from the data."""
+        return self.cache is not None and self.index_source == str(
+            cached_index_path(self.cache.dir, self.urls)
+        )
+
+    def _index_again(self, url: str) -> str:
+        """What to do about an index that no longer matches the shard ``url``; an index kept in the
+        cache forgets the shard now, so that the next start indexes it anew."""
+        if self._index_is_cached():
+            forget(self.index_source, url, self.storage)
+            return f"the cached index {self.index_source} forgot it: run again to index it anew"
         return "index it again"
 
     def _must_fetch(self, number: int) -> bool:
         url = self.shards[number].url
-        return self.cache is not None and is_remote(url) and not self.cache.path_of(url).exists()
+        return self.cache is not None and is_remote(url) and not self.cache.holds(url)
 
     def _shard(self, number: int) -> Shard:
         with self._lock:
@@ -324,12 +335,15 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             ahead = self._next
             opened = None if ahead is None or ahead.pid != os.getpid() else ahead.take(number)
             if opened is None:
-                opened = self._open_shard(info)
+                try:
+                    opened = self._open_shard(info)
+                except ShardChangedError as err:
+                    raise ShardChangedError(f"{err}: {self._index_again(info.url)}") from err
             if len(opened) != info.samples:
                 opened.close()
                 raise ShardError(
                     f"{info.url}: has {len(opened)} samples but the index says {info.samples};"
-                    f" the shard changed since it was indexed: {self._index_again()}"
+                    f" the shard changed since it was indexed: {self._index_again(info.url)}"
                 )
             self._open[number] = opened
             self.storage.stats.opened(number)

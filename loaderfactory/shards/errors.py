@@ -10,6 +10,11 @@ class ShardError(LoaderFactoryError, ValueError):
     a sample missing a key, an index that does not fit the shards."""
 
 
+class ShardChangedError(ShardError):
+    """A shard the store now holds in another version than its index says (another size or ETag):
+    replaced since it was indexed."""
+
+
 class StorageError(LoaderFactoryError, OSError):
     """Storage that kept failing after the retries (a server that went away, a network outage)."""
 

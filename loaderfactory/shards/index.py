@@ -5,7 +5,12 @@ The file is ``loaderfactory-shards.json`` in the shards' common folder (``s3://b
 Shard URLs under that folder are stored relative to it, so the folder can move. Its layout::
 
     {"format": "loaderfactory.shards-index/1",
-     "shards": [{"url": "train-000000.tar", "format": "tar", "samples": 1000, "bytes": 67108864}, ...]}
+     "shards": [{"url": "train-000000.tar", "format": "tar", "samples": 1000, "bytes": 67108864,
+                 "version": "etag:9b2cf535f27731c974343645a3985328"}, ...]}
+
+``version`` (optional) is what the store said identifies the object when it was indexed (an ETag or
+a modification time, :mod:`.object_version`); absent for local files. With ``bytes`` it names the
+shard's cached copy, so a shard replaced since is fetched again, never read from an older copy.
 """
 
 from __future__ import annotations
@@ -36,6 +41,8 @@ class ShardInfo:
     format: str
     samples: int
     bytes: int
+    version: str = ""
+    """The store's tag of the object when it was indexed (:mod:`.object_version`); ``""``: unknown."""
 
 
 def shard_format(url: str, forced: str = "auto") -> str:
@@ -52,7 +59,8 @@ def describe_shard(storage: Storage, url: str, forced: str = "auto") -> ShardInf
     """Read the shard at ``url`` once (a tar's headers, a Parquet footer) and describe it."""
     fmt = shard_format(url, forced)
     samples = len(scan_tar(storage, url)) if fmt == "tar" else count_parquet_rows(storage, url)
-    return ShardInfo(url, fmt, samples, storage.size(url))
+    size, version = storage.version(url)
+    return ShardInfo(url, fmt, samples, size, version)
 
 
 def build_index(
@@ -84,8 +92,15 @@ def _common_prefix(urls: Sequence[str]) -> str:
 def save_index(shards: Sequence[ShardInfo], url: str, storage: Storage) -> None:
     """Write the index of ``shards`` to ``url`` (shards under its folder stored relative to it)."""
     folder = url[: url.rfind("/") + 1]
-    entries = [asdict(s) | {"url": _relative(s.url, folder)} for s in shards]
+    entries = [_entry_of(s, folder) for s in shards]
     storage.write(url, json.dumps({"format": INDEX_FORMAT, "shards": entries}, indent=1).encode())
+
+
+def _entry_of(shard: ShardInfo, folder: str) -> dict[str, Any]:
+    entry = asdict(shard) | {"url": _relative(shard.url, folder)}
+    if not shard.version:
+        del entry["version"]
+    return entry
 
 
 def _relative(url: str, folder: str) -> str:
@@ -116,10 +131,13 @@ def _entry(entry: Any, number: int, url: str, folder: str) -> ShardInfo:
         )
     if entry["format"] not in FORMATS.values() or entry["samples"] < 0 or entry["bytes"] < 0:
         raise ShardError(f"{url}: shards[{number}] = {entry!r}: format tar|parquet, counts ≥ 0")
+    version = entry.get("version", "")
+    if not isinstance(version, str):
+        raise ShardError(f"{url}: shards[{number}] = {entry!r}: version must be a string")
     shard_url = (
         entry["url"] if "://" in entry["url"] or entry["url"].startswith("/") else folder + entry["url"]
     )
-    return ShardInfo(shard_url, entry["format"], entry["samples"], entry["bytes"])
+    return ShardInfo(shard_url, entry["format"], entry["samples"], entry["bytes"], version)
 
 
 def find_index(urls: Sequence[str], storage: Storage) -> list[ShardInfo] | None:

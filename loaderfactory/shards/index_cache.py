@@ -7,9 +7,13 @@ With a ``cache.dir``, the index built at the first start is saved there as
 next start; shards added to the folder since are indexed alone and added to it. The cache never
 evicts it (it evicts only shard files, named ``<16 hex digits>.<shard name>``).
 
-A saved entry holds a shard's sample count as it was then: a shard rewritten with another count is
-caught when it is opened (:class:`~loaderfactory.shards.errors.ShardError` naming this file, to be
-deleted), never read with wrong offsets, which come from the shard itself.
+A saved entry holds a shard's sample count, size and version tag (ETag) as they were then. The
+index is not the data's own, so a cached copy of a shard is reused only once the store says it
+still holds that version (asked once per shard and process); a shard replaced since is caught when
+it is opened (:class:`~loaderfactory.shards.errors.ShardChangedError`, or ``ShardError`` for
+another sample count), never read from an older copy nor with wrong offsets, which come from the
+shard itself. Its entry is then dropped (:func:`forget`), and the next start indexes it anew. (An
+entry saved without a tag, by an earlier version, names its copy by the tag the store gives.)
 """
 
 from __future__ import annotations
@@ -61,3 +65,17 @@ def index_through_cache(
     known.update((info.url, info) for info in build(absent))
     save_index(list(known.values()), str(path), storage)
     return [known[url] for url in urls], "built"
+
+
+def forget(path: str | Path, url: str, storage: Storage) -> None:
+    """Drop the entry of ``url`` from the index kept at ``path`` (the next start indexes it anew).
+
+    Processes dropping entries at once may each write the file: an entry one dropped and another
+    wrote back is caught again when its shard is next fetched or opened, and dropped again.
+    """
+    try:
+        entries = load_index(str(path), storage)
+        if any(info.url == url for info in entries):
+            save_index([info for info in entries if info.url != url], str(path), storage)
+    except (OSError, ShardError) as err:  # gone, damaged or unwritable: the next start copes with it
+        log.warning("could not drop %s from the cached index %s: %s", url, path, err)

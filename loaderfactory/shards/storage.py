@@ -23,6 +23,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from loaderfactory.shards import fork_loops, signed_get  # noqa: F401  # fork_loops: at-fork hooks
 from loaderfactory.shards.errors import ShardNotFoundError, StorageError
+from loaderfactory.shards.object_version import version_of
 from loaderfactory.shards.stats import NoStats
 
 T = TypeVar("T")
@@ -131,6 +132,19 @@ class Storage:
                 raise missing(url) from err
         fs, path = self._remote(scheme, rest)
         return int(self._retry(url, lambda: fs.size(path)))
+
+    def version(self, url: str) -> tuple[int, str]:
+        """The size of the object at ``url`` and the store's tag of this version of it: its ETag, else
+        its modification time (:func:`~loaderfactory.shards.object_version.version_of`); ``""`` for a
+        local file and a store that tells neither."""
+        scheme, rest = split_scheme(url)
+        if scheme == "file":
+            return self.size(url), ""
+        fs, path = self._remote(scheme, rest)
+        info = self._retry(url, lambda: fs.info(path))
+        if info.get("size") is None:
+            raise StorageError(f"{url}: the server tells no size for it (no Content-Length on HEAD)")
+        return int(info["size"]), version_of(info)
 
     def read(self, url: str) -> bytes:
         """The whole object at ``url``."""
