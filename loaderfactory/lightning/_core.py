@@ -15,6 +15,7 @@ from loaderfactory.errors import ConfigError, ResumeError
 from loaderfactory.factory import build_loader
 from loaderfactory.intake import at_root
 from loaderfactory.lightning._epochs import Epochs
+from loaderfactory.lightning._reread import LengthReread
 from loaderfactory.lightning._stages import (
     STAGES,
     Stage,
@@ -107,6 +108,7 @@ class DataModuleCore:
         self._pending: dict[str, Any] | None = None  # a loaded train state, for the loader not built yet
         self._last: dict[str, Any] | None = None  # the train loader's state when teardown closed it
         self._resized = False  # whether batch_size was set after construction
+        self._reread = LengthReread()
         for stage in STAGES:
             if stage not in self.specs:
                 # Lightning uses a stage's loader when its hook is overridden: restore the base hook,
@@ -149,7 +151,9 @@ class DataModuleCore:
                 self._get(name)
 
     def train_dataloader(self) -> Any:
-        return self._get("train")
+        epochs = self._get("train")
+        self._reread.on_read()
+        return epochs
 
     def val_dataloader(self) -> Any:
         return self._get("val")
@@ -162,6 +166,8 @@ class DataModuleCore:
 
     def teardown(self, stage: str) -> None:
         """Close the loaders ``stage`` used; the next use builds them again."""
+        if stage == "fit":
+            self._reread.end()
         for name in _STAGES_OF.get(stage, ()):
             epochs = self._epochs.pop(name, None)
             if epochs is None:
@@ -190,6 +196,8 @@ class DataModuleCore:
             self._pending = state
         else:
             epochs.load_state_dict(state)
+        # The resumed epoch's length may not be a whole epoch's (at another world size).
+        self._reread.request(getattr(self, "trainer", None))
 
     def _get(self, stage: Stage) -> Epochs:
         epochs = self._epochs.get(stage)
