@@ -7,6 +7,7 @@ false``) carries its own path; otherwise the module's ``config_path`` goes in fr
 
 from __future__ import annotations
 
+import difflib
 import os
 import sys
 from collections.abc import Mapping
@@ -49,9 +50,9 @@ def take_in_stages(
     stages: dict[Stage, StageConfig] = {}
     problems: list[ConfigProblem] = []
     roots = {stage: _node_path(config) for stage, config in configs.items() if config is not None}
-    if config_path is None:
-        config_path = _common_parent(roots) or _hydra_target_key() or ""
-    module_root = config_path
+    module_root = (
+        config_path if config_path is not None else _common_parent(roots) or _hydra_target_key() or ""
+    )
     for stage, config in configs.items():
         if config is None:
             continue
@@ -92,6 +93,53 @@ def own_settings(stages: Mapping[Stage, StageConfig], name: str) -> list[str]:
         if slot is not None and name in spec.slot(slot).model_fields_set:
             paths.append(f"{config.root}.{slot}.{name}")
     return paths
+
+
+def unknown_arguments(given: Mapping[str, Any], allowed: list[str], owner: str) -> ConfigError | None:
+    """Keyword arguments not in ``allowed``, each at its path in the app's config (``data.batch_sise``)
+    with the closest allowed name; ``None`` when there are none."""
+    unknown = [name for name in given if name not in allowed]
+    if not unknown:
+        return None
+    configs = {stage: given.get(stage) for stage in STAGES}
+    roots = {stage: _node_path(config) for stage, config in configs.items() if config is not None}
+    config_path = given.get("config_path")
+    root = config_path if isinstance(config_path, str) else _common_parent(roots) or _hydra_target_key() or ""
+    problems = []
+    for name in unknown:
+        guess = difflib.get_close_matches(name, allowed, n=1)
+        hint = f" Did you mean {guess[0]!r}?" if guess else ""
+        message = (
+            f"unknown argument of {owner} (got {_short(given[name])}).{hint} Allowed: {', '.join(allowed)}"
+        )
+        problems.append(ConfigProblem(_join(root, name), message))
+    return ConfigError(problems)
+
+
+def ignored_shared(stages: Mapping[Stage, StageConfig], shared: Mapping[str, Any], module_root: str) -> str:
+    """What a shared argument set on the module changes in no stage, because the stage sets another
+    value of its own (a loader preset's ``batch_size: 32``, say); ``""`` when every one applies."""
+    ignored = []
+    for name, value in shared.items():
+        if value is None:
+            continue
+        for stage, config in stages.items():
+            spec = _validated(config)
+            slot = _fill_slot(spec, name)
+            own = getattr(spec.slot(slot), name) if slot is not None else None
+            if slot is not None and name in spec.slot(slot).model_fields_set and own != value:
+                path = f"{config.root}.{slot}.{name}"
+                ignored.append(
+                    f"{_join(module_root, name)}={value!r} is not used by stage {stage}: {path} is {own!r}"
+                )
+    if not ignored:
+        return ""
+    return f"{'; '.join(ignored)}. Remove the stage's own value to have the module's apply there"
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def plain_for_hparams(config: StageConfig) -> Any:
