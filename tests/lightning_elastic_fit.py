@@ -1,9 +1,10 @@
 """Lightning fits saved at one world size and resumed at another; ``tests/test_lightning_elastic.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=2 tests/lightning_elastic_fit.py OUT
+    torchrun --standalone --nproc_per_node=2 tests/lightning_elastic_fit.py OUT PACKAGE-DATA...
 
-Every scenario is a (package, data) pair: ``lightning`` or ``pytorch_lightning``, and the synthetic
-dataset or tar shards (the ``shards`` kind), both read by the ``torch`` loader kind. Under torchrun
+Every scenario (``lightning-shards``, say) is a (package, data) pair: ``lightning`` or
+``pytorch_lightning``, and the synthetic dataset or tar shards (the ``shards`` kind), both read by
+the ``torch`` loader kind. Under torchrun
 each rank, for every scenario, saves a fit stopped after :data:`STOP` steps of epoch 0 (``save``)
 and resumes the checkpoint a one-process fit saved (``resume``, from ``OUT/<scenario>/1/saved.ckpt``),
 writing to ``OUT/<scenario>/2/rankR.json`` what it trained on. The test runs :func:`save` and
@@ -117,9 +118,9 @@ def resume(
 
 
 def main() -> None:
-    out = Path(sys.argv[1])
+    out, scenarios = Path(sys.argv[1]), [tuple(name.split("-")) for name in sys.argv[2:]]
     warnings.simplefilter("ignore")  # Lightning's advice on workers, logging intervals and the CPUs
-    for package_name, data in SCENARIOS:
+    for package_name, data in scenarios:
         here = out / f"{package_name}-{data}"
         saved = save(package_name, data, out / "shards", here / "2", world=2)
         resumed = resume(

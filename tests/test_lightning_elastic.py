@@ -38,12 +38,12 @@ Fits = dict[tuple[str, str, str], list[dict[str, Any]]]
 """(package, data, "2to1" or "1to2") → per rank of the resumed fit: what it saved and what it resumed."""
 
 
-def _two_ranks(out: Path) -> None:
+def _two_ranks(out: Path, scenarios: list[tuple[str, str]]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PL_GLOBAL_SEED", "RANK", "WORLD_SIZE")}
     env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "tests" / "lightning_elastic_fit.py"), str(out),
+        str(ROOT / "tests" / "lightning_elastic_fit.py"), str(out), *("-".join(s) for s in scenarios),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -56,7 +56,7 @@ def fits(tmp_path_factory: pytest.TempPathFactory) -> Fits:
     write_tar_shards(out / "shards", SHARDS)
     present = [(p, d) for p, d in SCENARIOS if _installed(p)]
     one = {(p, d): _plain(save(p, d, out / "shards", out / f"{p}-{d}" / "1", world=1)) for p, d in present}
-    _two_ranks(out)
+    _two_ranks(out, present)
     records: Fits = {}
     for package, data in present:
         here = out / f"{package}-{data}"
