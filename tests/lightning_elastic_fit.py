@@ -3,8 +3,8 @@
     torchrun --standalone --nproc_per_node=2 tests/lightning_elastic_fit.py OUT PACKAGE-DATA...
 
 Every scenario (``lightning-shards``, say) is a (package, data) pair: ``lightning`` or
-``pytorch_lightning``, and the synthetic dataset or tar shards (the ``shards`` kind), both read by
-the ``torch`` loader kind. Under torchrun
+``pytorch_lightning``, and the synthetic dataset or tar shards (the ``shards`` kind) read by the
+``torch`` loader kind, or the shards read by the ``sharded`` loader kind (``sharded``). Under torchrun
 each rank, for every scenario, saves a fit stopped after :data:`STOP` steps of epoch 0 (``save``)
 and resumes the checkpoint a one-process fit saved (``resume``, from ``OUT/<scenario>/1/saved.ckpt``),
 writing to ``OUT/<scenario>/2/rankR.json`` what it trained on. The test runs :func:`save` and
@@ -32,13 +32,13 @@ EPOCHS = 3
 SHARDS = [7, 5, 8, 4]
 """Samples per tar shard: 24, the ids run on from shard to shard."""
 PACKAGES = ("lightning", "pytorch_lightning")
-DATA = ("synthetic", "shards")
+DATA = ("synthetic", "shards", "sharded")
 SCENARIOS = [(package, data) for package in PACKAGES for data in DATA]
 
 
 def config(data: str, shards: Path) -> dict[str, Any]:
     """A shuffled torch loader of batches of :data:`BATCH` over ``data``; ``shards``: the tars' folder."""
-    loader = {"kind": "torch", "batch_size": BATCH, "shuffle": True}
+    loader = {"kind": "sharded" if data == "sharded" else "torch", "batch_size": BATCH, "shuffle": True}
     if data == "synthetic":
         dataset = {"kind": "synthetic", "length": ITEMS, "fields": {"x": {"shape": [2]}}}
     else:

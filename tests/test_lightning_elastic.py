@@ -1,5 +1,6 @@
 """Lightning fits resumed at another world size (2 → 1 and 1 → 2): every later epoch is whole, and the
-totals the trainer shows are the batches each epoch really has; both packages, synthetic data and shards.
+totals the trainer shows are the batches each epoch really has; both packages, synthetic data and
+shards (through the ``torch`` and the ``sharded`` loader kinds).
 
 One module fixture does every fit: the one-process saves here, then one torchrun group of 2 gloo ranks
 saves and resumes the one-process checkpoints (``tests/lightning_elastic_fit.py``), then the
