@@ -14,7 +14,8 @@ pl = pytest.importorskip("lightning.pytorch")
 old_pl = pytest.importorskip("pytorch_lightning")
 hydra_utils = pytest.importorskip("hydra.utils")
 
-from hydra.errors import InstantiationException  # noqa: E402 - after the skips above
+from hydra import compose, initialize_config_dir  # noqa: E402 - after the skips above
+from hydra.errors import InstantiationException  # noqa: E402
 from lightning_helpers import lightning_imports, quiet_trainer  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
 
@@ -96,10 +97,17 @@ def test_each_packages_trainer_fits_resumes_and_skips_stages_without_config(
 
 
 def test_shared_arguments_apply_to_every_stage_that_sets_none_of_its_own() -> None:
-    """``batch_size``, ``num_workers``, ``pin_memory`` fill the stages' loaders; a stage's own value wins."""
-    module = LoaderDataModule(
-        _data(8), val=_data(8, batch_size=3, num_workers=1), batch_size=4, num_workers=2, pin_memory=True
-    )
+    """``batch_size``, ``num_workers``, ``pin_memory`` fill the stages' loaders; a stage's own value wins,
+    and one warning says which of the module's values that stage does not use."""
+    with pytest.warns(UserWarning) as caught:
+        module = LoaderDataModule(
+            _data(8), val=_data(8, batch_size=3, num_workers=1), batch_size=4, num_workers=2, pin_memory=True
+        )
+    assert [str(w.message) for w in caught] == [
+        "batch_size=4 is not used by stage val: val.loader.batch_size is 3; num_workers=2 is not used "
+        "by stage val: val.loader.num_workers is 1. Remove the stage's own value to have the module's "
+        "apply there"
+    ]
     train, val = module.specs["train"].loader, module.specs["val"].loader
     assert (train.batch_size, train.num_workers, train.pin_memory) == (4, 2, True)
     assert (val.batch_size, val.num_workers, val.pin_memory) == (3, 1, True)
@@ -184,6 +192,42 @@ def _instantiate(node: Any) -> Any:
         return hydra_utils.instantiate(node)
     except InstantiationException as err:
         raise err.__cause__ if isinstance(err.__cause__, ConfigError) else err from None
+
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "lightning_hydra" / "configs"
+
+
+def _example_data(*overrides: str) -> Any:
+    """``cfg.data`` of the example app (the lightning-hydra-template's shape) run with ``overrides``."""
+    with initialize_config_dir(str(EXAMPLE), version_base="1.3"):
+        return compose("train", overrides=list(overrides)).data
+
+
+def test_a_misspelt_argument_of_the_data_module_is_named_at_its_path_with_the_right_one() -> None:
+    """``+data.batch_sise=64`` is a ConfigError at ``data.batch_sise`` suggesting ``batch_size``, not a
+    TypeError naming a private class."""
+    with pytest.raises(InstantiationException) as caught:
+        hydra_utils.instantiate(_example_data("+data.batch_sise=64"))
+    error = caught.value.__cause__
+    assert isinstance(error, ConfigError) and error.paths == ["data.batch_sise"]
+    assert str(error).startswith(
+        "data.batch_sise: unknown argument of LoaderDataModule (got 64). Did you mean 'batch_size'? Allowed: "
+    )
+    with pytest.raises(ConfigError, match=r"^batch_sise: .*Did you mean 'batch_size'\?"):
+        PLLoaderDataModule(_data(8), batch_sise=3)  # type: ignore[call-arg]  # the misspelling tested
+
+
+def test_the_modules_batch_size_that_a_stages_loader_preset_overrides_is_said_once() -> None:
+    """``data.batch_size=64`` with the ``torch`` loader preset (``batch_size: 32``) for the train stage:
+    one warning names the stage and its own value; the other stages take 64."""
+    data = _example_data("data.batch_size=64", "+loaderfactory/loader@data.train.loader=torch")
+    with pytest.warns(UserWarning) as caught:
+        module = hydra_utils.instantiate(data)
+    assert [str(w.message) for w in caught] == [
+        "data.batch_size=64 is not used by stage train: data.train.loader.batch_size is 32. Remove the "
+        "stage's own value to have the module's apply there"
+    ]
+    assert [module.specs[stage].loader.batch_size for stage in ("train", "val", "test")] == [32, 64, 64]
 
 
 def test_hydra_instantiate_reports_every_stage_from_the_apps_root() -> None:

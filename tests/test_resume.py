@@ -312,3 +312,25 @@ def test_composed_config_resumes_with_another_buffer_size() -> None:
     refused = pytest.raises(ResumeError, match=r"loader.batch_size: saved 4, now 5")
     with loaderfactory.build_loader(other) as loader, refused:
         loader.load_state_dict(state)
+
+
+def test_a_loader_resumed_at_another_world_size_counts_whole_epochs_after_the_resumed_one() -> None:
+    """Saved by rank 0 of 2 after 4 of 6 batches, resumed on 1 rank: the resumed epoch counts 8
+    (4 taken + 4 left), and once it is over ``len()`` is a whole epoch on 1 rank (12), as it yields."""
+    config: dict[str, Any] = {
+        "dataset": {"kind": "synthetic", "length": 24},
+        "loader": {"kind": "torch", "batch_size": 2, "shuffle": True},
+        "seed": 1,
+    }
+    two = {**config, "loader": {**config["loader"], "distributed": {"rank": 0, "world_size": 2}}}
+    with loaderfactory.build_loader(two) as saving:
+        batches = iter(saving)
+        for _ in range(4):
+            next(batches)
+        state = saving.state_dict()
+        del batches
+    with loaderfactory.build_loader(config) as resumed:
+        resumed.load_state_dict(state)
+        assert (len(resumed), len(list(resumed))) == (8, 4)
+        assert len(resumed) == 12
+        assert len(list(resumed)) == 12

@@ -164,10 +164,10 @@ class ResumableDataLoader(DataLoader[Any]):
         adds the batches it already took to what a restored pass yields. Counting only the rest would
         also go stale once a pass is abandoned, when the next pass is a whole epoch again.
         """
-        if self._pending is not None and self._sampler is not None:
-            _, position, done = self._pending
-            if isinstance(self._sampler, ResumableSampler):
-                return done + self._sampler.count(position)
+        if isinstance(self._sampler, ResumableSampler):
+            # The epoch loaded, else the one in progress (or, after a finished pass, the next: 0, 0).
+            _, position, done = self._pending if self._pending is not None else (0, self._start, self._done)
+            return done + self._sampler.count(position)
         return super().__len__()
 
     def _delivered(self, token: int) -> None:

@@ -6,6 +6,7 @@ It imports no Lightning: each package's class mixes this into that package's ``L
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
@@ -15,13 +16,16 @@ from loaderfactory.errors import ConfigError, ResumeError
 from loaderfactory.factory import build_loader
 from loaderfactory.intake import at_root
 from loaderfactory.lightning._epochs import Epochs
+from loaderfactory.lightning._reread import LengthReread
 from loaderfactory.lightning._stages import (
     STAGES,
     Stage,
+    ignored_shared,
     own_settings,
     plain_for_hparams,
     resolve,
     take_in_stages,
+    unknown_arguments,
 )
 from loaderfactory.loader import Loader
 
@@ -65,12 +69,29 @@ class DataModuleCore:
         predict_dataset: the prediction stage's dataset, in place of ``dataset``.
 
     Raises:
-        ConfigError: every problem of every stage config, named from the app's root.
+        ConfigError: every problem of every stage config, named from the app's root; an argument the
+            module does not take (``data.batch_sise``), with the closest one it does.
+
+    Warns:
+        UserWarning: once, naming each stage that sets its own value of ``batch_size``,
+            ``num_workers`` or ``pin_memory`` other than the module's, which it then does not use.
     """
 
     lightning_base: ClassVar[type]
     """The package's ``LightningDataModule`` this class extends (its hooks mean "no such loader")."""
     trainer: Any
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        """An argument ``__init__`` does not take is a ConfigError at its path in the app's config
+        (``data.batch_sise`` from ``+data.batch_sise=64``), not a TypeError naming this class."""
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+            keywords = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+            allowed = [p.name for p in parameters if p.kind in keywords and p.name != "self"]
+            error = unknown_arguments(kwargs, allowed, cls.__name__)
+            if error is not None:
+                raise error
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -100,6 +121,9 @@ class DataModuleCore:
         self._shared: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers}
         self._shared["pin_memory"] = pin_memory
         self.specs = resolve(self._stages, self._shared, self._root)
+        ignored = ignored_shared(self._stages, self._shared, self._root)
+        if ignored:
+            warnings.warn(ignored, UserWarning, stacklevel=2)
         hparams: dict[str, Any] = {**self._shared}
         hparams.update({stage: plain_for_hparams(config) for stage, config in self._stages.items()})
         self.save_hyperparameters(hparams)  # type: ignore[attr-defined]  # Lightning's mixin, beside this one
@@ -107,6 +131,7 @@ class DataModuleCore:
         self._pending: dict[str, Any] | None = None  # a loaded train state, for the loader not built yet
         self._last: dict[str, Any] | None = None  # the train loader's state when teardown closed it
         self._resized = False  # whether batch_size was set after construction
+        self._reread = LengthReread()
         for stage in STAGES:
             if stage not in self.specs:
                 # Lightning uses a stage's loader when its hook is overridden: restore the base hook,
@@ -149,7 +174,9 @@ class DataModuleCore:
                 self._get(name)
 
     def train_dataloader(self) -> Any:
-        return self._get("train")
+        epochs = self._get("train")
+        self._reread.on_read()
+        return epochs
 
     def val_dataloader(self) -> Any:
         return self._get("val")
@@ -162,6 +189,8 @@ class DataModuleCore:
 
     def teardown(self, stage: str) -> None:
         """Close the loaders ``stage`` used; the next use builds them again."""
+        if stage == "fit":
+            self._reread.end()
         for name in _STAGES_OF.get(stage, ()):
             epochs = self._epochs.pop(name, None)
             if epochs is None:
@@ -190,6 +219,8 @@ class DataModuleCore:
             self._pending = state
         else:
             epochs.load_state_dict(state)
+        # The resumed epoch's length may not be a whole epoch's (at another world size).
+        self._reread.request(getattr(self, "trainer", None))
 
     def _get(self, stage: Stage) -> Epochs:
         epochs = self._epochs.get(stage)

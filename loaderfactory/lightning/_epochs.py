@@ -20,8 +20,10 @@ class Epochs:
     Lightning takes exactly ``len()`` batches of an epoch and never asks for the end of the pass,
     while a ``Loader`` closes an epoch at the end of its pass (the ``sharded`` kind carries its
     rollover then; the ``stream`` kind would finish the open epoch next). So a pass left at its
-    last batch is ended when the next one starts, and a state saved at an epoch's end, whose
-    restored pass has nothing left, has that pass run first.
+    last batch is ended when the next one starts, or when ``len()`` is asked first (as the trainer
+    does before each epoch): the length is then the next epoch's, which differs from a resumed
+    epoch's after a resume at another world size. A state saved at an epoch's end, whose restored
+    pass has nothing left, has that pass run first.
 
     With :meth:`replay` every pass starts again where the loader stood when it was called, so
     Lightning's ``overfit_batches`` takes the same batches every epoch.
@@ -30,18 +32,20 @@ class Epochs:
     def __init__(self, loader: Loader) -> None:
         self.loader = loader
         self._open: Iterator[Any] | None = None
+        self._left: Iterator[Any] | None = None  # batches past len() of an ended epoch: the next pass's
         self._start: Mapping[str, Any] | None = None
 
     def __len__(self) -> int:
+        self._end_delivered_pass()
         return len(self.loader)
 
     def __iter__(self) -> Iterator[Any]:
         if self._start is not None:
             self.loader.load_state_dict(self._start)
-        elif self._epoch_delivered():
-            ending = self._open if self._open is not None else iter(self.loader)
-            for batch in ending:  # normally nothing is left; if len() counted short, go on, drop nothing
-                self._open = itertools.chain([batch], ending)
+        else:
+            self._end_delivered_pass()
+            if self._left is not None:
+                self._open, self._left = self._left, None
                 return self._open
         self._open = iter(self.loader)
         return self._open
@@ -55,7 +59,17 @@ class Epochs:
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.loader.load_state_dict(state)
+        self._open = self._left = None
+
+    def _end_delivered_pass(self) -> None:
+        """Run the open pass to its end once every batch of its epoch went out (without replay)."""
+        if self._start is not None or self._left is not None or not self._epoch_delivered():
+            return
+        ending = self._open if self._open is not None else iter(self.loader)
         self._open = None
+        for batch in ending:  # normally nothing is left; if len() counted short, go on, drop nothing
+            self._left = itertools.chain([batch], ending)
+            return
 
     def _epoch_delivered(self) -> bool:
         """Whether every batch of the current epoch went out but its pass has not ended."""

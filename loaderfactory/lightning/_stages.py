@@ -7,7 +7,9 @@ false``) carries its own path; otherwise the module's ``config_path`` goes in fr
 
 from __future__ import annotations
 
+import difflib
 import os
+import reprlib
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,9 +51,7 @@ def take_in_stages(
     stages: dict[Stage, StageConfig] = {}
     problems: list[ConfigProblem] = []
     roots = {stage: _node_path(config) for stage, config in configs.items() if config is not None}
-    if config_path is None:
-        config_path = _common_parent(roots) or _hydra_target_key() or ""
-    module_root = config_path
+    module_root = _module_root(roots, config_path)
     for stage, config in configs.items():
         if config is None:
             continue
@@ -92,6 +92,46 @@ def own_settings(stages: Mapping[Stage, StageConfig], name: str) -> list[str]:
         if slot is not None and name in spec.slot(slot).model_fields_set:
             paths.append(f"{config.root}.{slot}.{name}")
     return paths
+
+
+def unknown_arguments(given: Mapping[str, Any], allowed: list[str], owner: str) -> ConfigError | None:
+    """Keyword arguments not in ``allowed``, each at its path in the app's config (``data.batch_sise``)
+    with the closest allowed name; ``None`` when there are none."""
+    unknown = [name for name in given if name not in allowed]
+    if not unknown:
+        return None
+    roots = {stage: _node_path(given[stage]) for stage in STAGES if given.get(stage) is not None}
+    config_path = given.get("config_path")
+    root = _module_root(roots, config_path if isinstance(config_path, str) else None)
+    problems = []
+    for name in unknown:
+        guess = difflib.get_close_matches(name, allowed, n=1)
+        hint = f" Did you mean {guess[0]!r}?" if guess else ""
+        got = reprlib.repr(given[name])
+        message = f"unknown argument of {owner} (got {got}).{hint} Allowed: {', '.join(allowed)}"
+        problems.append(ConfigProblem(_join(root, name), message))
+    return ConfigError(problems)
+
+
+def ignored_shared(stages: Mapping[Stage, StageConfig], shared: Mapping[str, Any], module_root: str) -> str:
+    """What the module's shared arguments change in no stage, because the stage sets another value of
+    its own (a loader preset's ``batch_size: 32``, say); ``""`` when every one applies."""
+    ignored = []
+    for stage, config in stages.items():
+        spec = _validated(config)
+        for name, value in shared.items():
+            slot = _fill_slot(spec, name)
+            if value is None or slot is None or name not in spec.slot(slot).model_fields_set:
+                continue
+            own = getattr(spec.slot(slot), name)
+            if own != value:
+                path = f"{config.root}.{slot}.{name}"
+                ignored.append(
+                    f"{_join(module_root, name)}={value!r} is not used by stage {stage}: {path} is {own!r}"
+                )
+    if not ignored:
+        return ""
+    return f"{'; '.join(ignored)}. Remove the stage's own value to have the module's apply there"
 
 
 def plain_for_hparams(config: StageConfig) -> Any:
@@ -191,6 +231,14 @@ def _node_path(config: Any) -> str:
     from loaderfactory.hydra.convert import node_path
 
     return node_path(config)
+
+
+def _module_root(roots: Mapping[Stage, str], config_path: str | None) -> str:
+    """Where the module's arguments sit in the app's config: ``config_path``, else the stage nodes'
+    parent, else the key Hydra instantiates; ``""`` when none is known."""
+    if config_path is not None:
+        return config_path
+    return _common_parent(roots) or _hydra_target_key() or ""
 
 
 def _common_parent(roots: Mapping[Stage, str]) -> str:
