@@ -1,14 +1,30 @@
-"""Shard URL expansion: lists, brace patterns, folders and prefixes, local globs."""
+"""Shard URL expansion: lists, brace patterns, folders and prefixes, local globs; a listing that
+lacks a shard its index lists is refused."""
 
 from __future__ import annotations
 
+import os
+import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from shards_data import write_tar_shards
 
-from loaderfactory.shards import expand_braces, expand_urls
+import loaderfactory
+from loaderfactory.errors import ConfigError
+from loaderfactory.shards import (
+    INDEX_NAME,
+    ShardNotFoundError,
+    ShardsDataset,
+    Storage,
+    build_index,
+    expand_braces,
+    expand_urls,
+    save_index,
+)
 
 
 @given(first=st.integers(0, 500), count=st.integers(1, 40), width=st.integers(1, 6))
@@ -77,3 +93,79 @@ def test_a_folder_without_shards_is_an_error_naming_it(tmp_path: Path) -> None:
     """An empty folder is reported with its path instead of giving an empty dataset."""
     with pytest.raises(FileNotFoundError, match=f"{tmp_path}/: no .tar or .parquet shards"):
         expand_urls(f"{tmp_path}/")
+
+
+COUNTS = [5] * 4
+"""Four shards of five samples: ids 0..19, shard ``k`` holding ids ``5k`` to ``5k + 4``."""
+
+
+def _indexed_folder(folder: Path) -> list[str]:
+    """``COUNTS`` shards in ``folder`` and their index beside them."""
+    paths = write_tar_shards(folder, COUNTS)
+    save_index(build_index(paths, Storage(), progress=False), str(folder / INDEX_NAME), Storage())
+    return paths
+
+
+def _ids(config: dict[str, Any]) -> list[int]:
+    with loaderfactory.build_loader(config) as loader:
+        return sorted(int(i) for batch in loader for i in batch["cls"])
+
+
+LISTINGS = {
+    "a folder": ("{}/", None, "urls"),
+    "a folder without its slash": ("{}", None, "urls"),
+    "a file:// folder": ("file://{}/", None, "urls"),
+    "a glob": ("{}/*.tar", None, "urls"),
+    "a folder and its index named": ("{}/", "{}/" + INDEX_NAME, "index"),
+}
+
+
+@pytest.mark.parametrize("listing", LISTINGS)
+def test_a_shard_deleted_after_indexing_is_named_not_left_out(tmp_path: Path, listing: str) -> None:
+    """A folder, prefix or glob lists the shards there; a shard its index lists there that is gone
+    (deleted after indexing) is refused at start naming its URL and the index, never read as 15 of
+    20 samples; the config is named at ``dataset.urls`` (``dataset.index`` when it names the index)."""
+    folder = tmp_path / "data"
+    gone = _indexed_folder(folder)[1]
+    os.remove(gone)
+    url_form, index_form, field = LISTINGS[listing]
+    urls, index = url_form.format(folder), index_form and index_form.format(folder)
+    with pytest.raises(ShardNotFoundError) as raised:
+        ShardsDataset(urls, index=index, progress=False)
+    assert raised.value.filename.endswith(gone)
+    assert re.search(rf"the index (file://)?{folder}/{INDEX_NAME} lists it", str(raised.value))
+    config = {"dataset": {"kind": "shards", "urls": urls, "index": index}, "loader": {"kind": "torch"}}
+    message = rf"dataset\.{field}: .*no such shard or object.*'(file://)?{re.escape(gone)}'"
+    with pytest.raises(ConfigError, match=message):
+        loaderfactory.build_loader(config)
+
+
+def test_a_shard_deleted_while_reading_a_folder_fails_its_read(tmp_path: Path) -> None:
+    """Deleted after the loader started (two workers): the samples before it come once each, then
+    reading it raises ShardNotFoundError naming it; the epoch does not just shrink."""
+    folder = tmp_path / "data"
+    gone = write_tar_shards(folder, COUNTS)[1]  # no index: it is built at start, from the listing
+    config = {
+        "dataset": {"kind": "shards", "urls": f"{folder}/"},
+        "loader": {"kind": "torch", "batch_size": 5, "num_workers": 2},
+    }
+    ids: list[int] = []
+    with (
+        pytest.raises(ShardNotFoundError, match=re.escape(gone)),
+        loaderfactory.build_loader(config) as loader,
+    ):
+        assert len(loader) == 4
+        os.remove(gone)
+        for batch in loader:
+            ids += batch["cls"].tolist()
+    assert ids == list(range(5))
+
+
+@pytest.mark.parametrize("urls", ["{}/train-00000[023].tar", "{}/train-{{000000,000002,000003}}.tar"])
+def test_a_glob_or_braces_naming_fewer_shards_than_the_index_read_them(tmp_path: Path, urls: str) -> None:
+    """What names a subset of the index's shards is no deletion: the shards named are read, each
+    sample once, whether the one left out is there or not."""
+    folder = tmp_path / "data"
+    os.remove(_indexed_folder(folder)[1])
+    config = {"dataset": {"kind": "shards", "urls": urls.format(folder)}, "loader": {"kind": "torch"}}
+    assert _ids(config) == [*range(5), *range(10, 20)]
