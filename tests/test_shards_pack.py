@@ -221,8 +221,20 @@ def test_a_failing_write_removes_its_temporary_file(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        ({"img": object()}, r"item 0, field 'img': cannot store a object"),
-        ({"meta": {"a": np.zeros(2)}}, r"item 0, field 'meta': cannot store a dict .* make them tensors"),
+        ({"img": object()}, r"item 0, field 'img': img: cannot store a object"),
+        (
+            {"meta": {"a": np.zeros(2)}},
+            r"item 0, field 'meta': meta\.a: cannot store a ndarray .* make them tensors",
+        ),
+        ({"meta": {"w": 1, "tags": {"x", "y"}}}, r"item 0, field 'meta': meta\.tags: cannot store a set"),
+        (
+            {"boxes": [[1, 2], (3, {4: range(2)})]},
+            r"field 'boxes': boxes\[1\]\[1\]\[4\]: cannot store a range",
+        ),
+        (
+            {"meta": {"ok": [1], (2, object()): 3}},
+            r"field 'meta': meta \(the key \(2, <object .*\)\): cannot store a tuple",
+        ),
         ({"names": np.array(["a", "b"])}, r"item 0, field 'names': a numpy array of dtype <U1 cannot be"),
         ({1: 2}, r"item 0: key 1 is a int; name the item's fields by str"),
         ({"__key__": 2}, r"item 0, field '__key__': a field name must be non-empty, without '/'"),
