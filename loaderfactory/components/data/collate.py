@@ -10,8 +10,59 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from loaderfactory.errors import LoaderFactoryError
+
 KeyFilter = Sequence[str] | Callable[[str], bool] | None
 OnUnstackable = Literal["warn", "error", "list"]
+
+
+class MissingFieldError(LoaderFactoryError, KeyError):
+    """A batch item without a field the collate needs (one the other items have, or one asked
+    for); the message names the item (its ``__key__`` and ``__url__`` when it has them) and the
+    field. A ``KeyError``, as torch's collate raises, shown without ``KeyError``'s quotes."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+EVERY_SAMPLE = (
+    "set dataset.keys to the fields every sample must have (a sample without one is then refused "
+    "when read, naming it), or write the sample again"
+)
+"""What to do about a sample lacking a field: the advice of :class:`MissingFieldError`."""
+
+
+def item_name(item: Mapping[str, Any], position: int, count: int) -> str:
+    """``item 3 of the 8 collated``, with ``sample 'k' of <url>`` for a shards sample."""
+    where = f"item {position} of the {count} collated"
+    if "__key__" in item:
+        where = (
+            f"sample {item['__key__']!r}"
+            + (f" of {item['__url__']}" if "__url__" in item else "")
+            + f" ({where})"
+        )
+    return where
+
+
+def check_same_fields(items: Sequence[Any]) -> None:
+    """MissingFieldError when dict ``items`` do not all have the same fields (torch's
+    ``default_collate`` takes the first item's: a field it lacks would leave the batch, one a later
+    item lacks is a bare ``KeyError``), naming the item lacking one; other items pass."""
+    first = items[0]
+    if type(first) is not dict or all(type(item) is dict and item.keys() == first.keys() for item in items):
+        return
+    for position, item in enumerate(items):
+        if not isinstance(item, Mapping):
+            return  # a batch of mixed types: torch's collate names it
+        absent = [key for key in first if key not in item]
+        other = 0
+        if not absent:  # the first item lacks what this one has
+            absent, other, item, position = [key for key in item if key not in first], position, first, 0
+        if absent:
+            raise MissingFieldError(
+                f"collate: {item_name(item, position, len(items))} has no {', '.join(map(repr, absent))}, "
+                f"which item {other} has; {EVERY_SAMPLE}"
+            )
 
 
 class DictCollate:
@@ -83,9 +134,9 @@ class DictCollate:
             if missing:
                 # Without the list filter the keys come from item 0: say so, it is why they are wanted.
                 source = "" if isinstance(self.keys, Sequence) else ", taken from item 0,"
-                raise KeyError(
+                raise MissingFieldError(
                     f"collate keys {missing}{source} are not in the item; it has {sorted(item, key=str)} "
-                    f"(item {index} of the {len(items)} collated)"
+                    f"({item_name(item, index, len(items))}); choose keys among them, or {EVERY_SAMPLE}"
                 )
         return {key: self._merge(key, [self._convert(item[key]) for item in items]) for key in selected}
 
