@@ -21,7 +21,8 @@ tuples, and lists or dicts holding tensors or bytes    ``key.pt``   as saved (``
 
 A dict item gives one field per key; a tuple or list item the fields ``0``, ``1``, ...; any other
 item the one field ``item``. Nested dicts are kept whole in one field (``.json`` or ``.pt``), never
-flattened. Anything else (a PIL image, an object) raises :class:`PackError` naming the item and field.
+flattened. Anything else (a PIL image, an object) raises :class:`PackError` naming the item, the field
+and where the value lies inside it (``meta.tags``).
 """
 
 from __future__ import annotations
