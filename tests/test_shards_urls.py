@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from shards_data import write_tar_shards
+from s3_server import S3Server
+from shards_data import id_samples, tar_bytes, write_tar_shards
 
 import loaderfactory
 from loaderfactory.errors import ConfigError
@@ -169,3 +170,29 @@ def test_a_glob_or_braces_naming_fewer_shards_than_the_index_read_them(tmp_path:
     os.remove(_indexed_folder(folder)[1])
     config = {"dataset": {"kind": "shards", "urls": urls.format(folder)}, "loader": {"kind": "torch"}}
     assert _ids(config) == [*range(5), *range(10, 20)]
+
+
+@pytest.mark.parametrize("index", ["beside the shards", "kept in the cache"])
+def test_a_shard_deleted_under_an_s3_prefix_is_named(
+    s3: S3Server, tmp_path: Path, fsspec_io_thread: None, index: str
+) -> None:
+    """An S3 prefix whose index (beside the shards, or the one the cache kept from an earlier start)
+    lists a shard deleted since: refused at start naming its URL, not 15 of 20 samples."""
+    storage = Storage(s3.storage_options)
+    prefix = s3.url(f"listing/{tmp_path.name}/")  # a prefix of its own: the bucket is shared
+    urls = [f"{prefix}train-{n:06d}.tar" for n in range(len(COUNTS))]
+    for number, url in enumerate(urls):
+        storage.write(url, tar_bytes(id_samples(5 * number, 5)))
+    dataset: dict[str, Any] = {"kind": "shards", "urls": prefix, "storage_options": s3.storage_options}
+    if index == "beside the shards":
+        save_index(build_index(urls, storage, progress=False), f"{prefix}{INDEX_NAME}", storage)
+    else:
+        dataset["cache"] = {"dir": str(tmp_path / "cache")}
+    config = {"dataset": dataset, "loader": {"kind": "torch", "batch_size": 5}}
+    assert _ids(config) == list(range(20))
+    fs, path = storage._remote("s3", urls[1].removeprefix("s3://"))
+    fs.rm_file(path)
+    with pytest.raises(
+        ConfigError, match=rf"dataset\.urls: .*no such shard or object.*'{re.escape(urls[1])}'"
+    ):
+        loaderfactory.build_loader(config)

@@ -205,7 +205,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             if found is not None:
                 return found, index_url(self.urls)
             if cache_dir is not None and any(is_remote(url) for url in self.urls):
-                return index_through_cache(cache_dir, self.urls, self.storage, self._build_index)
+                return index_through_cache(cache_dir, self.urls, self.storage, self._build_index, listing)
             log.info(
                 "no index at %s: reading %d shard(s) once to count samples",
                 index_url(self.urls),

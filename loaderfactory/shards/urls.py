@@ -117,11 +117,16 @@ def listed_by(urls: str | Sequence[str]) -> Callable[[str], bool] | None:
 
 
 def check_listing(
-    urls: str | Sequence[str], listed: Collection[str], indexed: Sequence[str], index: str
+    urls: str | Sequence[str],
+    listed: Collection[str],
+    indexed: Sequence[str],
+    index: str,
+    fix: str = "index the shards again (run.mode=index) to read without it",
 ) -> None:
     """ShardNotFoundError naming a shard of the index at ``index`` that the folder, prefix or glob
     ``urls`` stands for but whose listing (``listed``) lacks: deleted since it was indexed, which a
-    reader must not pass over as if the data set had always been smaller."""
+    reader must not pass over as if the data set had always been smaller; ``fix`` says what to do
+    instead of putting it back."""
     stands_for = listed_by(urls)
     if stands_for is None:
         return
@@ -131,7 +136,6 @@ def check_listing(
         raise ShardNotFoundError(
             errno.ENOENT,
             f"no such shard or object, although the index {index} lists it under {urls!r} "
-            f"({len(gone)} shard(s) it lists there are gone); put it back, or index the shards "
-            "again (run.mode=index) to read without it",
+            f"({len(gone)} shard(s) it lists there are gone); put it back, or {fix}",
             gone[0],
         )
