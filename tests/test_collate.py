@@ -138,6 +138,7 @@ HOLES = {
     "the first item lacks it": (4, None, "npy"),
     "tuple collate": (5, {"kind": "tuple", "keys": ["cls", "npy"]}, r"\['npy'\]"),
     "dict collate": (5, {"kind": "dict", "keys": ["cls", "npy"]}, r"\['npy'\]"),
+    "ring collate": (5, {"kind": "ring", "ring_size": 8}, r"\['npy'\], taken from item 0"),
 }
 
 

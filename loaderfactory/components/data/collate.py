@@ -128,6 +128,11 @@ class DictCollate:
         for item in items:
             if not isinstance(item, Mapping):
                 raise TypeError(f"DictCollate needs dict items, got {type(item).__name__}")
+        selected = self._present(items)
+        return {key: self._merge(key, [self._convert(item[key]) for item in items]) for key in selected}
+
+    def _present(self, items: Sequence[Mapping[str, Any]]) -> list[str]:
+        """The keys to collate; MissingFieldError naming the first item that lacks one."""
         selected = self._selected(items[0])
         for index, item in enumerate(items):
             missing = [key for key in selected if key not in item]
@@ -138,7 +143,7 @@ class DictCollate:
                     f"collate keys {missing}{source} are not in the item; it has {sorted(item, key=str)} "
                     f"({item_name(item, index, len(items))}); choose keys among them, or {EVERY_SAMPLE}"
                 )
-        return {key: self._merge(key, [self._convert(item[key]) for item in items]) for key in selected}
+        return selected
 
     def _merge(self, key: str, values: list[Any]) -> Any:
         if not (self.stack_tensors and all(isinstance(v, torch.Tensor) for v in values)):
