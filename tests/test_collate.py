@@ -167,3 +167,15 @@ def test_a_sample_missing_a_field_is_named_by_the_collate(
     )
     assert "dataset.keys" in str(raised.value)
     assert isinstance(raised.value, MissingFieldError)  # a KeyError, in the workers too
+
+
+@pytest.mark.parametrize("lacking", [0, 2])
+def test_the_default_collate_names_an_item_lacking_a_field_others_have(lacking: int) -> None:
+    """Plain dict items (no ``__key__``): the item is named by its place in the batch, whether it is
+    the first (torch would leave the field out of the batch) or a later one (a bare KeyError)."""
+    batch = items()
+    del batch[lacking]["arr"]
+    with pytest.raises(
+        MissingFieldError, match=rf"item {lacking} of the 3 collated has no 'arr', which item"
+    ):
+        build({"kind": "default"})(batch)

@@ -44,25 +44,51 @@ def item_name(item: Mapping[str, Any], position: int, count: int) -> str:
     return where
 
 
-def check_same_fields(items: Sequence[Any]) -> None:
-    """MissingFieldError when dict ``items`` do not all have the same fields (torch's
-    ``default_collate`` takes the first item's: a field it lacks would leave the batch, one a later
-    item lacks is a bare ``KeyError``), naming the item lacking one; other items pass."""
+def collate_same_fields(collate: Callable[[Any], Any], items: Any) -> Any:
+    """``collate(items)``, refusing dict items that do not all have the same fields with a
+    MissingFieldError naming the item lacking one. torch's ``default_collate`` takes the first
+    item's fields: one that item lacks would leave the batch silently, one a later item lacks is a
+    bare ``KeyError``. Items of equal lengths cost no more than that comparison: among them, only
+    a later item lacking a field differs, and torch's ``KeyError`` then is named here."""
+    first = items[0] if isinstance(items, Sequence) and items else None
+    if type(first) is dict and not _equal_lengths(items):
+        named = missing_field(items)
+        if named is not None:
+            raise named
+    try:
+        return collate(items)
+    except KeyError as err:
+        named = None if type(first) is not dict else missing_field(items)
+        if named is None:
+            raise
+        raise named from err
+
+
+def _equal_lengths(items: Sequence[Any]) -> bool:
+    """Whether the items all have one length (about 70 ns an item); False when one has none."""
+    try:
+        return len(set(map(len, items))) == 1
+    except TypeError:
+        return False
+
+
+def missing_field(items: Sequence[Any]) -> MissingFieldError | None:
+    """The error naming the first of dict ``items`` that lacks a field another one has; None when
+    they all have the same fields (or one is no mapping: torch's collate names that)."""
     first = items[0]
-    if type(first) is not dict or all(type(item) is dict and item.keys() == first.keys() for item in items):
-        return
     for position, item in enumerate(items):
         if not isinstance(item, Mapping):
-            return  # a batch of mixed types: torch's collate names it
+            return None
         absent = [key for key in first if key not in item]
         other = 0
         if not absent:  # the first item lacks what this one has
             absent, other, item, position = [key for key in item if key not in first], position, first, 0
         if absent:
-            raise MissingFieldError(
+            return MissingFieldError(
                 f"collate: {item_name(item, position, len(items))} has no {', '.join(map(repr, absent))}, "
                 f"which item {other} has; {EVERY_SAMPLE}"
             )
+    return None
 
 
 class DictCollate:
