@@ -26,6 +26,7 @@ from loaderfactory.shards import (
     expand_urls,
     save_index,
 )
+from loaderfactory.shards.urls import listed_by
 
 
 @given(first=st.integers(0, 500), count=st.integers(1, 40), width=st.integers(1, 6))
@@ -196,3 +197,15 @@ def test_a_shard_deleted_under_an_s3_prefix_is_named(
         ConfigError, match=rf"dataset\.urls: .*no such shard or object.*'{re.escape(urls[1])}'"
     ):
         loaderfactory.build_loader(config)
+
+
+def test_what_a_listing_stands_for() -> None:
+    """The shards a folder, prefix or glob lists when they are there (what an index beside them may
+    not list beyond); URLs and braces name theirs one by one."""
+    under = listed_by("s3://b/train/")
+    assert under is not None and under("s3://b/train/x/a.parquet") and under("s3://b/train/a.tar")
+    assert not under("s3://b/train/notes.txt") and not under("s3://b/other/a.tar")
+    matches = listed_by("data/*.tar")
+    assert matches is not None and matches("data/t-1.tar")
+    assert not matches("data/.t-1.tar") and not matches("data/x/t-1.tar") and not matches("data/t.parquet")
+    assert listed_by("data/t-{0..3}.tar") is None and listed_by(["data/t-0.tar", "s3://b/t.tar"]) is None

@@ -105,15 +105,18 @@ def listed_by(urls: str | Sequence[str]) -> Callable[[str], bool] | None:
         under = urls if scheme != "file" else f"file://{local}" if urls.startswith("file://") else local
         return lambda url: url.startswith(under) and is_shard(url)
     if not is_remote(urls) and glob.has_magic(rest):
-        parts = urls.split("/")
-        return lambda url: (
-            len(url.split("/")) == len(parts)
-            and all(
-                fnmatch.fnmatchcase(part, pattern)
-                for part, pattern in zip(url.split("/"), parts, strict=True)
-            )
-        )
+        patterns = urls.split("/")
+        return lambda url: _glob_matches(url.split("/"), patterns)
     return None
+
+
+def _glob_matches(parts: list[str], patterns: list[str]) -> bool:
+    """Whether ``glob.glob`` of the pattern split as ``patterns`` gives the path split as ``parts``
+    (a wildcard matches no ``/``, nor a leading dot)."""
+    return len(parts) == len(patterns) and all(
+        fnmatch.fnmatchcase(part, pattern) and (pattern.startswith(".") or not part.startswith("."))
+        for part, pattern in zip(parts, patterns, strict=True)
+    )
 
 
 def check_listing(
