@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
 from pydantic import ValidationError
+from shards_data import id_samples, tar_bytes
 
+import loaderfactory
 from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.data.collate import DictCollate
+from loaderfactory.components.data.collate import DictCollate, MissingFieldError
 from loaderfactory.config.specs.base import Spec
 from loaderfactory.config.specs.refs import CollateRef
 
@@ -119,3 +122,60 @@ def test_default_kind_is_torchs_default_collate() -> None:
     """``{kind: default}`` is torch's default_collate."""
     batch = build({"kind": "default"})([{"a": torch.zeros(2)}, {"a": torch.ones(2)}])
     assert batch["a"].shape == (2, 2)
+
+
+def _folder_with_a_hole(folder: Path, without: int) -> str:
+    """One shard of samples 0..7 in which sample ``without`` has no ``npy``; its URL."""
+    folder.mkdir()
+    samples = id_samples(0, 8)
+    del samples[without]["npy"]
+    (folder / "holes.tar").write_bytes(tar_bytes(samples))
+    return str(folder / "holes.tar")
+
+
+HOLES = {
+    "a later item lacks it": (5, None, "npy"),
+    "the first item lacks it": (4, None, "npy"),
+    "tuple collate": (5, {"kind": "tuple", "keys": ["cls", "npy"]}, r"\['npy'\]"),
+    "dict collate": (5, {"kind": "dict", "keys": ["cls", "npy"]}, r"\['npy'\]"),
+    "ring collate": (5, {"kind": "ring", "ring_size": 8}, r"\['npy'\], taken from item 0"),
+}
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("hole", HOLES)
+def test_a_sample_missing_a_field_is_named_by_the_collate(
+    tmp_path: Path, hole: str, num_workers: int
+) -> None:
+    """Shards without ``dataset.keys``, a sample lacking the ``npy`` the others have: the collate
+    raises a KeyError naming the sample's key and shard and the field, and what to do; the batch
+    before it comes whole. Never a bare ``KeyError: 'npy'``, nor a batch silently without ``npy``
+    (the first item lacking it)."""
+    without, collate, field = HOLES[hole]
+    url = _folder_with_a_hole(tmp_path / "data", without)
+    loader = {"kind": "torch", "batch_size": 4, "num_workers": num_workers}
+    if collate is not None:
+        loader["collate"] = collate
+    config = {"dataset": {"kind": "shards", "urls": url}, "loader": loader}
+    ids: list[int] = []
+    with pytest.raises(KeyError, match=field) as raised, loaderfactory.build_loader(config) as batches:
+        for batch in batches:
+            ids += (batch[0] if isinstance(batch, tuple) else batch["cls"]).tolist()
+    assert ids == [0, 1, 2, 3]
+    assert f"sample 'sample{without:06d}' of {url} (item {without - 4} of the 4 collated)" in str(
+        raised.value
+    )
+    assert "dataset.keys" in str(raised.value)
+    assert isinstance(raised.value, MissingFieldError)  # a KeyError, in the workers too
+
+
+@pytest.mark.parametrize("lacking", [0, 2])
+def test_the_default_collate_names_an_item_lacking_a_field_others_have(lacking: int) -> None:
+    """Plain dict items (no ``__key__``): the item is named by its place in the batch, whether it is
+    the first (torch would leave the field out of the batch) or a later one (a bare KeyError)."""
+    batch = items()
+    del batch[lacking]["arr"]
+    with pytest.raises(
+        MissingFieldError, match=rf"item {lacking} of the 3 collated has no 'arr', which item"
+    ):
+        build({"kind": "default"})(batch)

@@ -16,6 +16,7 @@ import pytest
 import torch
 from cli_forks import run_command
 from s3_server import S3Server
+from shards_data import parquet_bytes, write_tar_shards
 from torch.utils.data import Dataset, IterableDataset
 
 import loaderfactory
@@ -220,8 +221,20 @@ def test_a_failing_write_removes_its_temporary_file(tmp_path: Path, monkeypatch:
 @pytest.mark.parametrize(
     ("item", "message"),
     [
-        ({"img": object()}, r"item 0, field 'img': cannot store a object"),
-        ({"meta": {"a": np.zeros(2)}}, r"item 0, field 'meta': cannot store a dict .* make them tensors"),
+        ({"img": object()}, r"item 0, field 'img': img: cannot store a object"),
+        (
+            {"meta": {"a": np.zeros(2)}},
+            r"item 0, field 'meta': meta\.a: cannot store a ndarray .* make them tensors",
+        ),
+        ({"meta": {"w": 1, "tags": {"x", "y"}}}, r"item 0, field 'meta': meta\.tags: cannot store a set"),
+        (
+            {"boxes": [[1, 2], (3, {4: range(2)})]},
+            r"field 'boxes': boxes\[1\]\[1\]\[4\]: cannot store a range",
+        ),
+        (
+            {"meta": {"ok": [1], (2, object()): 3}},
+            r"field 'meta': meta \(the key \(2, <object .*\)\): cannot store a tuple",
+        ),
         ({"names": np.array(["a", "b"])}, r"item 0, field 'names': a numpy array of dtype <U1 cannot be"),
         ({1: 2}, r"item 0: key 1 is a int; name the item's fields by str"),
         ({"__key__": 2}, r"item 0, field '__key__': a field name must be non-empty, without '/'"),
@@ -285,6 +298,40 @@ def test_a_folder_that_holds_shards_and_bad_arguments_are_refused(tmp_path: Path
     assert loaderfactory.pack is pack
 
 
+def _ten_webdataset_shards(out: Path) -> str:
+    write_tar_shards(out, [1] * 10)
+    return r"train-000000\.tar, train-000001\.tar, train-000002\.tar, \.\.\. \(10 files\)"
+
+
+def _parquet_in_a_subfolder(out: Path) -> str:
+    (out / "old").mkdir(parents=True)
+    (out / "old" / "part-0.parquet").write_bytes(parquet_bytes(0, 4))
+    (out / "notes.txt").write_text("not a shard")
+    return r"old/part-0\.parquet"
+
+
+@pytest.mark.parametrize("holding", [_ten_webdataset_shards, _parquet_in_a_subfolder])
+def test_a_folder_holding_shards_of_any_name_is_refused_and_left_alone(tmp_path: Path, holding: Any) -> None:
+    """Shards not named like pack's own (``train-*.tar``), or in a subfolder: a reader of the
+    folder lists them beside the packed ones (22 samples for 12 items), so pack refuses, naming the
+    folder and the files, and writes nothing."""
+    out = tmp_path / "out"
+    shown = holding(out)
+    before = {path: path.read_bytes() for path in out.rglob("*") if path.is_file()}
+    message = rf"the folder {re.escape(str(out))}/ already holds shards \({shown}\); .*: delete them"
+    with pytest.raises(ArgumentError, match=message):
+        pack(_synthetic(12), str(out), progress=False)
+    assert {path: path.read_bytes() for path in out.rglob("*") if path.is_file()} == before
+
+
+def test_a_folder_holding_other_files_only_is_packed_into(tmp_path: Path) -> None:
+    """Files that are no shards stay beside the new ones; the folder reads back every item once."""
+    (tmp_path / "notes.txt").write_text("not a shard")
+    pack(_synthetic(12), str(tmp_path), shard_size=300, progress=False)
+    shards = ShardsDataset(f"{tmp_path}/")
+    assert sorted(int(shards[i]["index.cls"]) for i in range(len(shards))) == list(range(12))
+
+
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return run_command(tmp_path, *args, f"hydra.run.dir={tmp_path / 'run'}")
 
@@ -316,6 +363,7 @@ def test_the_command_packs_a_preset_and_says_what_it_wrote(tmp_path: Path) -> No
         (["pack.out=OUT", "pack.shard_size=12XB"], r"pack.shard_size: .*'12XB' is not a size"),
         (["pack.out=OUT", "pack.format=zip"], r"pack.format: "),
         (["pack.out=FULL"], r"pack.out: the folder .* already holds shards"),
+        (["pack.out=MIXED"], r"pack.out: the folder .*mixed/ already holds shards \(train-000000\.tar, "),
     ],
 )
 def test_the_command_refuses_bad_pack_fields_with_status_2(
@@ -323,7 +371,10 @@ def test_the_command_refuses_bad_pack_fields_with_status_2(
 ) -> None:
     """A missing or bad ``pack`` field exits 2 naming it."""
     pack(_synthetic(3), str(tmp_path / "full"), progress=False)
-    args = [a.replace("OUT", str(tmp_path / "new")).replace("FULL", str(tmp_path / "full")) for a in args]
+    write_tar_shards(tmp_path / "mixed", [2, 2])
+    where = {"OUT": "new", "FULL": "full", "MIXED": "mixed"}
+    for name, folder in where.items():
+        args = [a.replace(name, str(tmp_path / folder)) for a in args]
     result = _cli(tmp_path, "run.mode=pack", "run.progress=false", *args)
     assert result.returncode == 2, result.stderr
     assert re.search(message, result.stderr), result.stderr

@@ -229,7 +229,7 @@ def _rows(table: TarTable) -> list[tuple[str, list[tuple[str, int, int]]]]:
 NAME_SETS: dict[str, tuple[list[str], bool]] = {
     "same fields": ([f"{i:05d}.{f}" for i in range(600) for f in ("data.npy", "label.cls")], True),
     "keys of many lengths": ([f"{i}.{f}" for i in range(1200) for f in ("jpg", "seg.png", "cls")], True),
-    "fields that vary": ([f"{i:03d}.{f}" for i in range(300) for f in ("a", "b.c", "a")[: 1 + i % 3]], True),
+    "fields that vary": ([f"{i:03d}.{f}" for i in range(300) for f in ("a", "b.c", "d")[: 1 + i % 3]], True),
     "folders": (
         ["train/s0/000.cls", "train/s0/000.txt", "a.b/c.txt", "./k.txt", "/abs/x.y.z", ".hidden", "d/.e"],
         True,

@@ -33,7 +33,7 @@ from loaderfactory.shards.read_ahead import supported as read_ahead_supported
 from loaderfactory.shards.stats import ShardStats, summarise
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 from loaderfactory.shards.tar_format import TarShard
-from loaderfactory.shards.urls import expand_urls
+from loaderfactory.shards.urls import check_listing, expand_urls
 
 log = logging.getLogger(__name__)
 
@@ -197,18 +197,19 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.urls = expand_urls(urls, self.storage)
         if not self.urls:
             raise FileNotFoundError(f"{urls!r}: matched no shards")
-        return self.urls, *self._index(index, cache_dir)
+        return self.urls, *self._index(index, cache_dir, urls)
 
     def _index(
-        self, index: str | Sequence[ShardInfo] | None, cache_dir: str | None
+        self, index: str | Sequence[ShardInfo] | None, cache_dir: str | None, listing: str | Sequence[str]
     ) -> tuple[list[ShardInfo], str]:
-        """The shards' entries and where they came from (:attr:`index_source`)."""
+        """The shards' entries and where they came from (:attr:`index_source`); ShardNotFoundError
+        for a shard an index lists under the folder, prefix or glob ``listing`` that is gone."""
         if index is None:
-            found = find_index(self.urls, self.storage)
+            found = find_index(self.urls, self.storage, listing)
             if found is not None:
                 return found, index_url(self.urls)
             if cache_dir is not None and any(is_remote(url) for url in self.urls):
-                return index_through_cache(cache_dir, self.urls, self.storage, self._build_index)
+                return index_through_cache(cache_dir, self.urls, self.storage, self._build_index, listing)
             log.info(
                 "no index at %s: reading %d shard(s) once to count samples",
                 index_url(self.urls),
@@ -217,6 +218,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             return self._build_index(self.urls), "built"
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
+        check_listing(listing, self.urls, list(known), index if isinstance(index, str) else "(given)")
         absent = [url for url in self.urls if url not in known]
         if absent:
             raise ShardError(

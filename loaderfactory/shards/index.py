@@ -26,6 +26,7 @@ from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.parquet_format import count_parquet_rows
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.tar_format import scan_tar
+from loaderfactory.shards.urls import check_listing
 
 INDEX_FORMAT = "loaderfactory.shards-index/1"
 INDEX_NAME = "loaderfactory-shards.json"
@@ -140,13 +141,20 @@ def _entry(entry: Any, number: int, url: str, folder: str) -> ShardInfo:
     return ShardInfo(shard_url, entry["format"], entry["samples"], entry["bytes"], version)
 
 
-def find_index(urls: Sequence[str], storage: Storage) -> list[ShardInfo] | None:
-    """The index beside ``urls`` restricted to them, in their order; None when absent or not covering them."""
+def find_index(
+    urls: Sequence[str], storage: Storage, listing: str | Sequence[str] = ()
+) -> list[ShardInfo] | None:
+    """The index beside ``urls`` restricted to them, in their order; None when absent or not covering them.
+
+    ``listing``: what ``urls`` were listed from (a folder, prefix or glob); a shard of the index that
+    it stands for but ``urls`` lack is ShardNotFoundError (see :func:`.urls.check_listing`).
+    """
     where = index_url(urls)
     try:
         known = {info.url: info for info in load_index(where, storage)}
     except FileNotFoundError:
         return None
+    check_listing(listing, urls, list(known), where)
     if any(url not in known for url in urls):
         log.info("%s does not list every shard asked for; indexing them again", where)
         return None

@@ -26,6 +26,7 @@ from pathlib import Path
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.index import ShardInfo, index_url, load_index, save_index
 from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.urls import check_listing
 
 log = logging.getLogger(__name__)
 
@@ -41,9 +42,12 @@ def index_through_cache(
     urls: Sequence[str],
     storage: Storage,
     build: Callable[[Sequence[str]], list[ShardInfo]],
+    listing: str | Sequence[str] = (),
 ) -> tuple[list[ShardInfo], str]:
     """The entries of ``urls`` from the index saved in ``cache_dir``, ``build`` making those it lacks
-    (then saved with the rest); with where they came from: the saved file's path, or ``"built"``."""
+    (then saved with the rest); with where they came from: the saved file's path, or ``"built"``.
+    ``listing``: what ``urls`` were listed from; a saved shard it stands for that they lack is
+    ShardNotFoundError (:func:`.urls.check_listing`)."""
     path = cached_index_path(cache_dir, urls)
     known: dict[str, ShardInfo] = {}
     try:
@@ -52,6 +56,7 @@ def index_through_cache(
         pass
     except ShardError as err:  # written by another version, or damaged: index again, overwrite it
         log.warning("ignoring the cached index: %s", err)
+    check_listing(listing, urls, list(known), str(path), f"delete {path} to index them again without it")
     absent = [url for url in urls if url not in known]
     if not absent:
         log.info("shards index read from the cache: %s", path)

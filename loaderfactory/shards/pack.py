@@ -11,6 +11,7 @@ so a failing item leaves no partial shard, and no index.
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from loaderfactory.shards.index import INDEX_NAME, ShardInfo, save_index
 from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
 from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
 from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.urls import is_shard
 
 SHARD_PREFIX = "shard-"
 
@@ -116,16 +118,20 @@ def shard_limit(shard_size: int | str) -> int:
 
 
 def _refuse_written(storage: Storage, folder: str) -> None:
-    """Old shards beside new ones would be listed by a reader of the folder: refuse them."""
+    """Refuse a folder already holding shards (any ``.tar`` or ``.parquet`` file under it, in
+    subfolders too) or an index: a reader of the folder lists every one of them beside the new ones."""
     try:
-        names = [url.rsplit("/", 1)[-1] for url in storage.list(folder)]
+        urls = storage.list(folder)
     except FileNotFoundError:
         return
-    old = sorted(n for n in names if n.startswith(SHARD_PREFIX) or n == INDEX_NAME)
+    names = [posixpath.relpath(url, folder) for url in urls]
+    old = sorted(name for name in names if is_shard(name) or name == INDEX_NAME)
     if old:
-        shown = ", ".join(old[:3]) + (", ..." if len(old) > 3 else "")
+        shown = ", ".join(old[:3]) + (f", ... ({len(old)} files)" if len(old) > 3 else "")
         raise ArgumentError(
-            "out", f"the folder {folder} already holds shards ({shown}); delete them or choose another folder"
+            "out",
+            f"the folder {folder} already holds shards ({shown}); a reader of the folder would list "
+            "them beside the new ones: delete them, or choose a folder without .tar or .parquet files",
         )
 
 

@@ -21,7 +21,8 @@ tuples, and lists or dicts holding tensors or bytes    ``key.pt``   as saved (``
 
 A dict item gives one field per key; a tuple or list item the fields ``0``, ``1``, ...; any other
 item the one field ``item``. Nested dicts are kept whole in one field (``.json`` or ``.pt``), never
-flattened. Anything else (a PIL image, an object) raises :class:`PackError` naming the item and field.
+flattened. Anything else (a PIL image, an object) raises :class:`PackError` naming the item, the field
+and where the value lies inside it (``meta.tags``).
 """
 
 from __future__ import annotations
@@ -90,11 +91,30 @@ def encode_value(value: Any, index: int, key: str) -> tuple[str, bytes]:
         return "json", json.dumps(value, allow_nan=True).encode("utf-8")
     if _weights_only(value):
         return "pt", _torch_bytes(value)
+    path, bad = _unstorable(value, key) or (key, value)
     raise PackError(
-        f"item {index}, field {key!r}: cannot store a {type(value).__name__} so it reads back equal; "
-        "store tensors, numpy arrays, numbers, str, bytes, or lists/tuples/dicts of them "
+        f"item {index}, field {key!r}: {path}: cannot store a {type(bad).__name__} so it reads back "
+        "equal; store tensors, numpy arrays, numbers, str, bytes, or lists/tuples/dicts of them "
         "(numpy arrays inside a list or dict: make them tensors), or convert it in the dataset"
     )
+
+
+def _unstorable(value: Any, path: str) -> tuple[str, Any] | None:
+    """Where in ``value`` (reached by ``path``: ``meta.tags[2]``) the first part lies that
+    ``torch.load(weights_only=True)`` cannot give back, and that part; None when there is none."""
+    if type(value) in (list, tuple):
+        parts = ((f"{path}[{number}]", item) for number, item in enumerate(value))
+    elif type(value) is dict:
+        for name in value:
+            if not _weights_only(name):
+                return f"{path} (the key {name!r})", name
+        parts = (
+            (f"{path}.{name}" if isinstance(name, str) else f"{path}[{name!r}]", item)
+            for name, item in value.items()
+        )
+    else:
+        return None if _weights_only(value) else (path, value)
+    return next((found for inner, item in parts if (found := _unstorable(item, inner))), None)
 
 
 def _plain_array(tensor: torch.Tensor) -> np.ndarray[Any, Any] | None:

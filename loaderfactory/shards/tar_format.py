@@ -72,11 +72,13 @@ def _add_walked(walked: Walked, samples: TarTable, url: str, size: int) -> int:
         if offset + member_size > size or "//" in name or dot < 0 or dot == len(name) - 1:
             _add_file(samples, name, offset, member_size, url, size)  # errors and odd names: the rules
             continue
-        key = name[:dot]
+        key, field = name[:dot], name[dot + 1 :]
         if not keys or keys[-1] != key:
             keys.append(key)
             bounds.append(bounds[-1])
-        fields.append(name[dot + 1 :])
+        elif field in fields[bounds[-2] :]:
+            raise repeated_field(url, name, key, field)
+        fields.append(field)
         samples.offsets.append(offset)
         samples.sizes.append(member_size)
         bounds[-1] += 1
@@ -104,7 +106,18 @@ def _add_file(samples: TarTable, name: str, offset: int, member_size: int, url: 
         )
     if not field:
         return  # webdataset skips members without an extension too
+    if samples.repeats(key, field):
+        raise repeated_field(url, name, key, field)
     samples.add(key, field, offset, member_size)
+
+
+def repeated_field(url: str, name: str, key: str, field: str) -> ShardError:
+    """The error for member ``name`` repeating field ``field`` of the sample ``key`` before it."""
+    return ShardError(
+        f"{url}: member {name!r} repeats field {field!r} of sample {key!r}: two samples with the same "
+        "key in a row, or a field written twice (webdataset refuses it too: 'duplicate file name'); "
+        "give every sample its own key and write the shard again"
+    )
 
 
 def _check_end_marker(storage: Storage, url: str, end: int, size: int) -> None:

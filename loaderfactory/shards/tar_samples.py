@@ -18,8 +18,8 @@ DOT, SLASH = ord("."), ord("/")
 
 def group_members(blocks: HeaderBlocks, shard_size: int) -> TarTable | None:
     """The sample table of the members in ``blocks``; None where a name is not plain ASCII with a
-    field after its key, or a member ends past the shard: the loop over members applies the rules
-    (and raises) there."""
+    field after its key, a member ends past the shard, or a sample has a field twice: the loop over
+    members applies the rules (and raises) there."""
     lengths = blocks.name_lengths
     if not len(lengths):
         return None
@@ -39,18 +39,22 @@ def group_members(blocks: HeaderBlocks, shard_size: int) -> TarTable | None:
     new_key = np.ones(len(names), bool)
     new_key[1:] = rows[1:] != rows[:-1]
     starts = np.flatnonzero(new_key)
+    fields = _fields(names, dot, starts)
+    if fields is None:
+        return None
     table = TarTable()
     table.keys = _decoded(keys[starts])
     table.bounds = [*starts.tolist(), len(names)]
-    table.fields = _fields(names, dot, starts)
+    table.fields = fields
     table.offsets = blocks.data_offsets.tolist()
     table.sizes = blocks.sizes.tolist()
     return table
 
 
-def _fields(names: np.ndarray, dot: np.ndarray, starts: np.ndarray) -> list[str]:
+def _fields(names: np.ndarray, dot: np.ndarray, starts: np.ndarray) -> list[str] | None:
     """Each member's field (its name after the key's dot); one string per distinct field when every
-    sample has the same fields in the same order, as shards written sample by sample have."""
+    sample has the same fields in the same order, as shards written sample by sample have. None
+    when a sample has a field twice."""
     fields = np.zeros_like(names)
     width = names.shape[1]
     for at in np.unique(dot).tolist():  # as many as the keys have lengths
@@ -60,8 +64,18 @@ def _fields(names: np.ndarray, dot: np.ndarray, starts: np.ndarray) -> list[str]
     if members * len(starts) == len(names) and (np.diff(starts) == members).all():
         pattern = fields[:members]
         if (fields.reshape(len(starts), members, width) == pattern).all():
-            return _decoded(pattern) * len(starts)
-    return _decoded(fields)
+            return None if _repeats(pattern, np.zeros(members, np.int64)) else _decoded(pattern) * len(starts)
+    sample = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(names))))
+    return None if _repeats(fields, sample) else _decoded(fields)
+
+
+def _repeats(fields: np.ndarray, sample: np.ndarray) -> bool:
+    """Whether two members of one sample (``sample``: each member's sample number) have one field."""
+    if len(fields) < 2:
+        return False
+    numbered = np.concatenate([sample.astype(">i8").view(np.uint8).reshape(-1, 8), fields], axis=1)
+    rows = np.ascontiguousarray(numbered).view(f"V{numbered.shape[1]}")[:, 0]
+    return len(np.unique(rows)) < len(rows)
 
 
 def _decoded(rows: np.ndarray) -> list[str]:

@@ -31,8 +31,8 @@ class TarTable:
     """The samples of a tar shard, in the order they lie in it.
 
     Sample ``i`` is ``keys[i]`` and the members ``bounds[i]`` to ``bounds[i + 1] - 1`` of the flat
-    ``fields``, ``offsets`` and ``sizes`` lists (a field named twice keeps its last member, as a
-    dict does).
+    ``fields``, ``offsets`` and ``sizes`` lists; no field appears twice in a sample (the readers
+    refuse such a shard: see :meth:`repeats`).
     """
 
     __slots__ = ("bounds", "fields", "keys", "offsets", "sizes")
@@ -53,6 +53,11 @@ class TarTable:
         self.offsets.append(offset)
         self.sizes.append(size)
         self.bounds[-1] += 1
+
+    def repeats(self, key: str, field: str) -> bool:
+        """Whether a member ``key.field`` would repeat a field of the last sample: two samples with
+        the same key in a row, or a field written twice (webdataset's "duplicate file name")."""
+        return bool(self.keys) and self.keys[-1] == key and field in self.fields[self.bounds[-2] :]
 
     def clear(self) -> None:
         self.__init__()  # type: ignore[misc]  # the empty table again

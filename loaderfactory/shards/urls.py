@@ -7,12 +7,16 @@ Accepted: a list of URLs; a brace pattern (``train-{000000..000127}.tar``: a zer
 
 from __future__ import annotations
 
+import errno
+import fnmatch
 import glob
 import itertools
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Collection, Sequence
+from pathlib import Path
 
+from loaderfactory.shards.errors import ShardNotFoundError
 from loaderfactory.shards.storage import Storage, is_remote, missing, split_scheme
 
 SHARD_SUFFIXES = (".tar", ".parquet")
@@ -66,8 +70,8 @@ def expand_urls(urls: str | Sequence[str], storage: Storage | None = None) -> li
         return [url for item in urls for url in expand_urls(item, storage)]
     if "{" in urls:
         return expand_braces(urls)
-    scheme, rest = split_scheme(urls)
-    if urls.endswith("/") or (scheme == "file" and os.path.isdir(rest)):
+    rest = split_scheme(urls)[1]
+    if _is_folder(urls):
         found = [url for url in (storage or Storage()).list(urls) if is_shard(url)]
         if not found:
             raise FileNotFoundError(f"{urls}: no {' or '.join(SHARD_SUFFIXES)} shards under this folder")
@@ -78,3 +82,63 @@ def expand_urls(urls: str | Sequence[str], storage: Storage | None = None) -> li
             raise missing(urls)
         return [f"file://{p}" for p in found] if urls.startswith("file://") else found
     return [urls]
+
+
+def _is_folder(urls: str) -> bool:
+    """Whether ``urls`` (no braces) is a folder or prefix, listed with its subfolders."""
+    scheme, rest = split_scheme(urls)
+    return urls.endswith("/") or (scheme == "file" and os.path.isdir(rest))
+
+
+def listed_by(urls: str | Sequence[str]) -> Callable[[str], bool] | None:
+    """Whether a shard URL is one that listing ``urls`` gives when it is there: a shard under a
+    folder or prefix, a match of a local glob; None when ``urls`` names its shards one by one (a
+    list of URLs, a brace pattern), each then read or reported missing."""
+    if not isinstance(urls, str):
+        tests = [test for test in map(listed_by, urls) if test is not None]
+        return None if not tests else lambda url: any(test(url) for test in tests)
+    scheme, rest = split_scheme(urls)
+    if "{" in urls:
+        return None
+    if _is_folder(urls):
+        local = f"{Path(rest)}".rstrip("/") + "/"  # as Storage.list writes the paths it finds
+        under = urls if scheme != "file" else f"file://{local}" if urls.startswith("file://") else local
+        return lambda url: url.startswith(under) and is_shard(url)
+    if not is_remote(urls) and glob.has_magic(rest):
+        patterns = urls.split("/")
+        return lambda url: _glob_matches(url.split("/"), patterns)
+    return None
+
+
+def _glob_matches(parts: list[str], patterns: list[str]) -> bool:
+    """Whether ``glob.glob`` of the pattern split as ``patterns`` gives the path split as ``parts``
+    (a wildcard matches no ``/``, nor a leading dot)."""
+    return len(parts) == len(patterns) and all(
+        fnmatch.fnmatchcase(part, pattern) and (pattern.startswith(".") or not part.startswith("."))
+        for part, pattern in zip(parts, patterns, strict=True)
+    )
+
+
+def check_listing(
+    urls: str | Sequence[str],
+    listed: Collection[str],
+    indexed: Sequence[str],
+    index: str,
+    fix: str = "index the shards again (run.mode=index) to read without it",
+) -> None:
+    """ShardNotFoundError naming a shard of the index at ``index`` that the folder, prefix or glob
+    ``urls`` stands for but whose listing (``listed``) lacks: deleted since it was indexed, which a
+    reader must not pass over as if the data set had always been smaller; ``fix`` says what to do
+    instead of putting it back."""
+    stands_for = listed_by(urls)
+    if stands_for is None:
+        return
+    present = set(listed)
+    gone = [url for url in indexed if stands_for(url) and url not in present]
+    if gone:
+        raise ShardNotFoundError(
+            errno.ENOENT,
+            f"no such shard or object, although the index {index} lists it under {urls!r} "
+            f"({len(gone)} shard(s) it lists there are gone); put it back, or {fix}",
+            gone[0],
+        )

@@ -105,7 +105,7 @@ class RingCollate(DictCollate):
                 raise TypeError(f"RingCollate needs dict, tensor or tuple items, got {type(item).__name__}")
         return {
             key: self._collate(slot, key, key, [self._convert(item[key]) for item in items])
-            for key in self._selected(first)
+            for key in self._present(items)
         }
 
     def _collate(self, slot: _Slot, key: Hashable, name: str, values: list[Any]) -> Any:

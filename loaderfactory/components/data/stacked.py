@@ -22,6 +22,7 @@ import torch
 from torch.utils.data import default_collate as torch_default_collate
 from torch.utils.data import get_worker_info
 
+from loaderfactory.components.data.collate import collate_same_fields
 from loaderfactory.components.workers.batch_transfer import BY_VALUE_BYTES
 
 
@@ -47,7 +48,12 @@ class StackedItems(list[Any]):
 
 def default_collate(items: Any) -> Any:
     """torch's ``default_collate``; the fields of :class:`StackedItems` read into one tensor are
-    that tensor, not a copy of it (see the module)."""
+    that tensor, not a copy of it (see the module). Dict items lacking a field another has are
+    refused, naming the item (:func:`.collate.collate_same_fields`)."""
+    return collate_same_fields(_collate, items)
+
+
+def _collate(items: Any) -> Any:
     if not isinstance(items, StackedItems) or not items or type(items[0]) is not dict:
         return torch_default_collate(items)
     return {key: collate_field(items, key) for key in items[0]}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from loaderfactory.components.data.collate import EVERY_SAMPLE, MissingFieldError, item_name
 from loaderfactory.components.data.stacked import collate_field
 
 
@@ -34,9 +35,9 @@ class TupleCollate:
                 raise TypeError(f"TupleCollate needs dict items, got {type(item).__name__} (item {position})")
             missing = [key for key in self.keys if key not in item]
             if missing:
-                raise KeyError(
+                raise MissingFieldError(
                     f"tuple collate keys {missing} are not in the item; it has {sorted(item, key=str)} "
-                    f"(item {position} of the {len(items)} collated); choose keys among them"
+                    f"({item_name(item, position, len(items))}); choose keys among them, or {EVERY_SAMPLE}"
                 )
         return tuple(collate_field(items, key) for key in self.keys)
 
