@@ -9,6 +9,8 @@ server that ignores ``Range`` gives every sample once.
 
 from __future__ import annotations
 
+import io
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +22,8 @@ from shards_data import write_tar_shards
 from test_fault_injection import allowance
 
 import loaderfactory
-from loaderfactory.shards import ShardNotFoundError, StorageError
+from loaderfactory.shards import ShardNotFoundError, StorageError, signed_get
+from loaderfactory.shards.cancel import Cancel
 
 COUNTS = [4] * 6
 """Six shards of four samples: a batch of two stays within the first shard."""
@@ -170,3 +173,34 @@ def test_a_server_ignoring_range_gives_every_id_once(
     server, urls = served
     server.go_away("ignores-range")
     assert _ids(_config(urls, **dataset)) == list(range(sum(COUNTS)))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("mode", ["hangs", "stalls"])
+def test_a_signed_get_stops_at_once_when_cancelled(
+    served: tuple[ShardServer, list[str]], tmp_path: Path, mode: str
+) -> None:
+    """S3 fetches come by one GET read with urllib (``signed_get``), which no test S3 server can be
+    made to hang: against the HTTP server holding the request, a Cancel set stops it at once with
+    InterruptedError, not after the read timeout (60 s)."""
+    server, urls = served
+    size = (tmp_path / "data" / Path(urls[1]).name).stat().st_size
+    server.go_away(mode)
+    cancel, failures = Cancel(), list[BaseException]()
+
+    def fetch() -> None:
+        try:
+            signed_get.get_into(urls[1], 0, size, io.BytesIO(), cancel, 60.0)
+        except BaseException as err:  # noqa: BLE001 - the test looks at it below
+            failures.append(err)
+
+    started = time.monotonic()
+    thread = threading.Thread(target=fetch, name="signed-get")
+    thread.start()
+    _wait_until(lambda: server.held() >= 1, "the GET reaching the stuck server")
+    startup = time.monotonic() - started
+    cancelled = time.monotonic()
+    cancel.set()
+    thread.join(60)
+    assert time.monotonic() - cancelled < CLOSE_BOUND_S + allowance(startup)
+    assert len(failures) == 1 and isinstance(failures[0], InterruptedError), failures
