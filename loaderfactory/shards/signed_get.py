@@ -13,7 +13,6 @@ one s3fs would send, as long as the settings add nothing to the request itself
 from __future__ import annotations
 
 import contextlib
-import functools
 import http.client
 import os
 import socket
@@ -147,24 +146,23 @@ def _shut_down(sock: socket.socket) -> None:
         socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
 
-class _HTTPConnection(http.client.HTTPConnection):
-    def __init__(self, *args: Any, opened: Callable[[socket.socket], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._opened = opened
+def _reporting(
+    base: type[http.client.HTTPConnection], opened: Callable[[socket.socket], None]
+) -> Callable[..., http.client.HTTPConnection]:
+    """A maker of ``base`` connections that tell ``opened`` their socket once connected."""
 
-    def connect(self) -> None:
-        super().connect()
-        self._opened(self.sock)
+    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        connection = base(*args, **kwargs)
+        connect = connection.connect
 
+        def connect_and_report() -> None:
+            connect()
+            opened(connection.sock)
 
-class _HTTPSConnection(http.client.HTTPSConnection):
-    def __init__(self, *args: Any, opened: Callable[[socket.socket], None], **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self._opened = opened
+        connection.connect = connect_and_report  # type: ignore[method-assign]  # this one connection's
+        return connection
 
-    def connect(self) -> None:
-        super().connect()
-        self._opened(self.sock)
+    return make
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
@@ -175,7 +173,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
         self._opened = opened
 
     def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(functools.partial(_HTTPConnection, opened=self._opened), req)
+        return self.do_open(_reporting(http.client.HTTPConnection, self._opened), req)
 
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
@@ -187,8 +185,7 @@ class _HTTPSHandler(urllib.request.HTTPSHandler):
         self._opened = opened
 
     def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        connection = functools.partial(_HTTPSConnection, opened=self._opened)
-        return self.do_open(connection, req, context=self._tls)
+        return self.do_open(_reporting(http.client.HTTPSConnection, self._opened), req, context=self._tls)
 
 
 _CONTEXT: list[ssl.SSLContext] = []
