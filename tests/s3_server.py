@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import shutil
 import socket
 import subprocess
@@ -67,6 +68,20 @@ def _free_ports(count: int) -> list[int]:
         for sock in socks:
             sock.bind(("127.0.0.1", 0))
         return [sock.getsockname()[1] for sock in socks]
+
+
+@contextlib.contextmanager
+def without_aws_environment() -> Iterator[None]:
+    """This process without its ``AWS_*`` variables inside the block (restored after): a profile, an
+    endpoint or a session token meant for real AWS would otherwise reach the test server's clients
+    (``AWS_PROFILE=work`` alone fails every client with ProfileNotFound)."""
+    saved = {name: value for name, value in os.environ.items() if name.startswith("AWS_")}
+    for name in saved:
+        del os.environ[name]
+    try:
+        yield
+    finally:
+        os.environ.update(saved)
 
 
 def _wait_until_answering(endpoint: str, process: subprocess.Popen[bytes], log: Path) -> None:
@@ -136,12 +151,17 @@ def seaweedfs(bucket: str = "shards", weed: str | None = None) -> Iterator[S3Ser
         command += [f"-s3.localSocket={folder / 's3.sock'}", f"-filer.localSocket={folder / 'filer.sock'}"]
         log = folder / "weed.log"
         with log.open("wb") as out:
-            process = subprocess.Popen(command, stdout=out, stderr=subprocess.STDOUT, cwd=folder)
+            # Without AWS_*: weed's own S3 clients and credentials would take them up.
+            environment = {name: value for name, value in os.environ.items() if not name.startswith("AWS_")}
+            process = subprocess.Popen(
+                command, stdout=out, stderr=subprocess.STDOUT, cwd=folder, env=environment
+            )
         try:
             endpoint = f"http://127.0.0.1:{ports['s3.port']}"
             _wait_until_answering(endpoint, process, log)
             server = S3Server(endpoint, key, secret, bucket)
-            _create_bucket(server)
+            with without_aws_environment():
+                _create_bucket(server)
             yield server
         finally:
             _stop(process, ports)

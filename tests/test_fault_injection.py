@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -80,7 +81,8 @@ class Faulty:
 
     Positions count loads in ``order`` (the dataset order when ``None``). The item at ``fail_at``
     raises :class:`Injected`; items from ``hang_from`` on hang until ``release`` is set, which
-    never happens in a worker process (a copy of the event): those are stopped.
+    never happens in a worker process (a copy of the event): those are stopped. A hanging item first
+    leaves a file in ``entered`` (when given), so a test sees a producer stuck, in a thread or a process.
     """
 
     def __init__(
@@ -90,12 +92,14 @@ class Faulty:
         hang_from: int | None = None,
         order: list[int] | None = None,
         delay_s: float = 0.0,
+        entered: Path | None = None,
     ) -> None:
         self.release = release
         self.fail_at = fail_at
         self.hang_from = hang_from
         self.position = {index: position for position, index in enumerate(order)} if order else None
         self.delay_s = delay_s
+        self.entered = entered
 
     def __len__(self) -> int:
         return LENGTH
@@ -107,6 +111,9 @@ class Faulty:
         if position == self.fail_at:
             raise Injected(f"injected at item {index} {time.time()!r}")
         if self.hang_from is not None and position >= self.hang_from:
+            if self.entered is not None:
+                with contextlib.suppress(OSError):  # the test may be over: hang all the same
+                    (self.entered / f"{os.getpid()}-{threading.get_ident()}-{index}").touch()
             self.release.wait(HANG_S)
         return {"x": torch.tensor([index])}
 
@@ -330,25 +337,38 @@ def stuck_with_timeout(component: Component, release: threading.Event) -> None:
     close_component(made)
 
 
+def wait_for_a_file(folder: Path, deadline_s: float = 60.0) -> None:
+    """Poll ``folder`` until a file appears in it (a producer entered its hang); fail after ``deadline_s``."""
+    deadline = time.monotonic() + deadline_s
+    while not any(folder.iterdir()):
+        assert time.monotonic() < deadline, f"no producer entered the dataset within {deadline_s} s"
+        time.sleep(0.01)  # the next look at the folder, not a synchronisation
+
+
 def stuck_at_close(component: Component, release: threading.Event) -> None:
-    """``close()`` while every producer is stuck returns within one grace, warning of abandoned threads."""
-    started = time.monotonic()
-    made = component.build(Faulty(release, hang_from=0, order=component.order), None)
-    iterator = iter(made)
-    startup = time.monotonic() - started
-    consumer = in_background(lambda: next(iterator))
-    time.sleep(0.3)  # the producers are inside the dataset by now
-    abandoned = (
-        pytest.warns(RuntimeWarning, match="left to finish")
-        if component.abandons_threads
-        else contextlib.nullcontext()
-    )
-    started = time.monotonic()
-    with abandoned:
-        close_component(made)
-    assert time.monotonic() - started < CLOSE_BOUND_S + allowance(startup)
-    consumer.join(CLOSE_BOUND_S + allowance(startup))  # the consumer waiting for a batch is released too
-    assert not consumer.is_alive()
+    """``close()`` while every producer is stuck returns within one grace, warning of abandoned threads.
+
+    ``startup`` runs until a producer is inside the dataset: it counts starting the worker processes
+    (or threads), which a loaded machine slows as much as it slows stopping them."""
+    with tempfile.TemporaryDirectory(prefix="fault-entered-") as folder:
+        entered = Path(folder)
+        started = time.monotonic()
+        made = component.build(Faulty(release, hang_from=0, order=component.order, entered=entered), None)
+        iterator = iter(made)
+        consumer = in_background(lambda: next(iterator))
+        wait_for_a_file(entered)
+        startup = time.monotonic() - started
+        abandoned = (
+            pytest.warns(RuntimeWarning, match="left to finish")
+            if component.abandons_threads
+            else contextlib.nullcontext()
+        )
+        started = time.monotonic()
+        with abandoned:
+            close_component(made)
+        assert time.monotonic() - started < CLOSE_BOUND_S + allowance(startup)
+        consumer.join(CLOSE_BOUND_S + allowance(startup))  # the consumer waiting for a batch is released
+        assert not consumer.is_alive()
 
 
 def killed_worker(component: Component, release: threading.Event) -> None:

@@ -25,6 +25,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 import numpy as np
 
 from loaderfactory.shards.cache import ShardCache
+from loaderfactory.shards.cancel import Cancel, cancelled_by
 
 THREADS = 2
 """Fetches in flight per process: shards are large, so two keep a link busy without many requests."""
@@ -59,7 +60,7 @@ class Predownloader:
         self.pid = os.getpid()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="loaderfactory-predownload")
         self._pending: dict[int, Future[str]] = {}
-        self._cancel = threading.Event()
+        self._cancel = Cancel()
         self._order: Sequence[int] | None = None
         self._positions: np.ndarray | None = None
         self._last_scan = -1
@@ -127,7 +128,8 @@ class Predownloader:
 
     def _fetch(self, shard: int) -> str:
         try:
-            return self.cache.local(self.urls[shard], self._cancel)
+            with cancelled_by(self._cancel):  # every request of the fetch, its size's too
+                return self.cache.local(self.urls[shard], self._cancel)
         except Exception as err:  # noqa: BLE001  # the read needing this shard raises it, with context
             self.failed += 1
             log.debug("predownload of %s failed: %s", self.urls[shard], err)
@@ -140,7 +142,8 @@ class Predownloader:
         futures.wait(pending)
 
     def close(self) -> None:
-        """Cancel what is queued, stop a fetch in flight between ranges, and join the threads."""
+        """Cancel what is queued, stop the fetches in flight (whatever their requests wait for), and
+        join the threads."""
         if self.pid != os.getpid():
             _INHERITED.append(self)  # a forked copy: its threads live in the parent
             return

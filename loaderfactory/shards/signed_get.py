@@ -12,16 +12,21 @@ one s3fs would send, as long as the settings add nothing to the request itself
 
 from __future__ import annotations
 
+import contextlib
+import http.client
 import os
+import socket
 import ssl
 import threading
 import urllib.error
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
+from loaderfactory.shards.cancel import stopping
+
 PIECE_BYTES = 8 << 20
-"""Bytes read into the buffer and written out at a time; a cancel is seen between pieces."""
+"""Bytes read into the buffer and written out at a time."""
 SIGNED_FOR_S = 900
 """How long a signed URL stays valid: one is made per attempt, so this bounds one attempt."""
 _PLAIN = {
@@ -53,13 +58,37 @@ def get_into(
     """Write bytes ``[start, end)`` of the object at ``signed_url`` to ``out``.
 
     Raises FileNotFoundError (404), SignedUrlRefused (a 3xx, a 4xx other than 404, 408, 416 and
-    429, or a range asked for and the whole object sent),
-    InterruptedError (``cancel`` set between pieces), or the HTTP or connection error as it came (a
-    5xx, a reset, a timeout, a body ending early); what was written before the error stays written.
+    429, or a range asked for and the whole object sent), InterruptedError (``cancel`` set: a
+    :class:`~loaderfactory.shards.cancel.Cancel` shuts the connection down at once, whatever the
+    request waits for; a plain Event is seen between pieces), or the HTTP or connection error as it
+    came (a 5xx, a reset, a timeout, a body ending early); what was written before the error stays
+    written.
     """
+    connection = _Connection()
+    with stopping(cancel, connection.shut):
+        try:
+            _get_into(signed_url, start, end, out, cancel, timeout_s, connection)
+        except (OSError, http.client.HTTPException) as err:
+            if cancel is not None and cancel.is_set():
+                raise InterruptedError("fetch into the cache cancelled") from err
+            raise
+
+
+def _get_into(
+    signed_url: str,
+    start: int,
+    end: int,
+    out: BinaryIO,
+    cancel: threading.Event | None,
+    timeout_s: float,
+    connection: _Connection,
+) -> None:
     request = urllib.request.Request(signed_url, headers={"Range": f"bytes={start}-{end - 1}"})
+    opener = urllib.request.build_opener(
+        _HTTPHandler(connection.opened), _HTTPSHandler(_tls_context(), connection.opened)
+    )
     try:
-        response = urllib.request.urlopen(request, timeout=timeout_s, context=_tls_context())
+        response = opener.open(request, timeout=timeout_s)
     except urllib.error.HTTPError as err:
         err.close()
         if err.code == 404:
@@ -86,6 +115,77 @@ def get_into(
                 filled += count
             out.write(piece)
             position += filled
+
+
+class _Connection:
+    """The socket of the request in flight, shut down by :meth:`shut` (from any thread) so that a
+    read blocked on it returns at once, or as soon as it connects when shut before."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._socket: socket.socket | None = None
+        self._shut = False
+
+    def opened(self, sock: socket.socket) -> None:
+        with self._lock:
+            self._socket, shut = sock, self._shut
+        if shut:
+            _shut_down(sock)
+
+    def shut(self) -> None:
+        with self._lock:
+            sock, self._shut = self._socket, True
+        if sock is not None:
+            _shut_down(sock)
+
+
+def _shut_down(sock: socket.socket) -> None:
+    # The plain socket's shutdown, also under TLS: SSLSocket.shutdown would drop the TLS state that
+    # the blocked read is using.
+    with contextlib.suppress(OSError):
+        socket.socket.shutdown(sock, socket.SHUT_RDWR)
+
+
+def _reporting(
+    base: type[http.client.HTTPConnection], opened: Callable[[socket.socket], None]
+) -> Callable[..., http.client.HTTPConnection]:
+    """A maker of ``base`` connections that tell ``opened`` their socket once connected."""
+
+    def make(*args: Any, **kwargs: Any) -> http.client.HTTPConnection:
+        connection = base(*args, **kwargs)
+        connect = connection.connect
+
+        def connect_and_report() -> None:
+            connect()
+            opened(connection.sock)
+
+        connection.connect = connect_and_report  # type: ignore[method-assign]  # this one connection's
+        return connection
+
+    return make
+
+
+class _HTTPHandler(urllib.request.HTTPHandler):
+    """urllib's handler, its connections telling ``opened`` their socket."""
+
+    def __init__(self, opened: Callable[[socket.socket], None]) -> None:
+        super().__init__()
+        self._opened = opened
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_reporting(http.client.HTTPConnection, self._opened), req)
+
+
+class _HTTPSHandler(urllib.request.HTTPSHandler):
+    """urllib's TLS handler with ``context``, its connections telling ``opened`` their socket."""
+
+    def __init__(self, context: ssl.SSLContext, opened: Callable[[socket.socket], None]) -> None:
+        super().__init__(context=context)
+        self._tls = context
+        self._opened = opened
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_reporting(http.client.HTTPSConnection, self._opened), req, context=self._tls)
 
 
 _CONTEXT: list[ssl.SSLContext] = []

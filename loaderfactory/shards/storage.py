@@ -10,6 +10,9 @@ worker process (torch's default on Linux), see benchmarks/bench_storage.py.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
+import contextlib
 import errno
 import gc
 import importlib
@@ -17,11 +20,12 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from loaderfactory.shards import fork_loops, signed_get  # noqa: F401  # fork_loops: at-fork hooks
+from loaderfactory.shards import cancel as cancelling
+from loaderfactory.shards import fork_loops, http_range, signed_get  # noqa: F401  # fork_loops: at-fork hooks
 from loaderfactory.shards.errors import ShardNotFoundError, StorageError
 from loaderfactory.shards.object_version import version_of
 from loaderfactory.shards.stats import NoStats
@@ -99,6 +103,8 @@ class Storage:
         self._filesystems: dict[str, Any] = {}
         self._lock = threading.Lock()
         self._pid = os.getpid()
+        self._ignoring_hosts: set[str] = set()
+        """Hosts found answering ranged GETs with whole objects (said once, in the log)."""
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -119,7 +125,7 @@ class Storage:
             files = sorted(p for p in folder.rglob("*") if p.is_file())
             return [f"file://{p}" if url.startswith("file://") else str(p) for p in files]
         fs, path = self._remote(scheme, rest)
-        found = self._retry(url, lambda: fs.find(path.rstrip("/")))
+        found = self._retry(url, lambda: self._call(fs, fs._find(path.rstrip("/"))))
         return sorted(_url_of(scheme, p) for p in found)
 
     def size(self, url: str) -> int:
@@ -131,7 +137,7 @@ class Storage:
             except FileNotFoundError as err:
                 raise missing(url) from err
         fs, path = self._remote(scheme, rest)
-        return int(self._retry(url, lambda: fs.size(path)))
+        return int(self._retry(url, lambda: self._call(fs, fs._size(path))))
 
     def version(self, url: str) -> tuple[int, str]:
         """The size of the object at ``url`` and the store's tag of this version of it: its ETag, else
@@ -157,7 +163,7 @@ class Storage:
             self.stats.add("bytes_local", len(data))
             return data
         fs, path = self._remote(scheme, rest)
-        data = bytes(self._retry(url, lambda: fs.cat_file(path)))
+        data = bytes(self._retry(url, lambda: self._call(fs, fs._cat_file(path))))
         self.stats.add("bytes_remote", len(data))
         return data
 
@@ -175,10 +181,30 @@ class Storage:
                 raise missing(url) from err
             self.stats.add("bytes_local", len(data))
             return data
-        fs, path = self._remote(scheme, rest)
-        data = bytes(self._retry(url, lambda: fs.cat_file(path, start=start, end=end)))
+        data = self._remote_range(url, start, end)[: end - start]
         self.stats.add("bytes_remote", len(data))
         return data
+
+    def _remote_range(self, url: str, start: int, end: int, rest_too: bool = False) -> bytes:
+        """Bytes ``[start, end)`` of a remote object, retried; with ``rest_too``, from a server that
+        ignores ``Range`` (``http(s)://``) the rest of its object after ``start`` as well."""
+        scheme, rest = split_scheme(url)
+        fs, path = self._remote(scheme, rest)
+        if scheme in ("http", "https"):
+            read = http_range.read_range(fs, path, start, end, rest_too, self._range_ignored)
+            return bytes(self._retry(url, lambda: self._call(fs, read())))
+        return bytes(self._retry(url, lambda: self._call(fs, fs._cat_file(path, start=start, end=end))))
+
+    def _range_ignored(self, url: str) -> None:
+        """Say once per process that a server answers ranged GETs with whole objects."""
+        host = _host(url)
+        if host not in self._ignoring_hosts:
+            self._ignoring_hosts.add(host)
+            log.warning(
+                "%s: the server ignores Range requests and sends whole objects; reads take the bytes "
+                "asked for from them, which costs more transfer than a server honouring Range",
+                url,
+            )
 
     def download(self, url: str, out: BinaryIO, size: int, cancel: threading.Event | None = None) -> None:
         """Write the whole object at ``url`` (``size`` bytes) to ``out``.
@@ -186,11 +212,20 @@ class Storage:
         An S3 object whose settings leave requests plain comes by one signed GET read without
         holding the GIL (:mod:`~loaderfactory.shards.signed_get`), a failed attempt retried from the
         byte reached; anything else by ``RANGE_BYTES`` ranges, each retried on its own, and so does
-        the rest of the object and every later one once the store refuses a signed GET. ``cancel``
-        set stops it between pieces with InterruptedError.
+        the rest of the object and every later one once the store refuses a signed GET. A server that
+        ignores ``Range`` sends the rest of the object at once, which is taken whole.
+
+        ``cancel`` (else the event of :func:`~loaderfactory.shards.cancel.cancelled_by`) set stops it
+        with InterruptedError: a :class:`~loaderfactory.shards.cancel.Cancel` at once, whatever the
+        request waits for (an answer, the next bytes, a retry's backoff); a plain Event between pieces.
         """
         if size <= 0:
             return
+        cancel = cancelling.current(cancel)
+        with cancelling.cancelled_by(cancel) if cancel is not None else contextlib.nullcontext():
+            self._download(url, out, size, cancel)
+
+    def _download(self, url: str, out: BinaryIO, size: int, cancel: threading.Event | None) -> None:
         scheme, rest = split_scheme(url)
         begin = out.tell()
         if scheme == "s3" and self._signed_gets:
@@ -199,10 +234,7 @@ class Storage:
 
             def attempt() -> None:
                 signed = fs.sign(path, expiration=signed_get.SIGNED_FOR_S)
-                try:
-                    signed_get.get_into(signed, out.tell() - begin, size, out, cancel, timeout_s)
-                except InterruptedError as err:
-                    raise InterruptedError(f"{url}: {err}") from None
+                signed_get.get_into(signed, out.tell() - begin, size, out, cancel, timeout_s)
 
             try:
                 self._retry(url, attempt)
@@ -211,13 +243,25 @@ class Storage:
             except signed_get.SignedUrlRefused as refused:  # s3fs's own requests may still be let in
                 self._signed_gets = False
                 log.info("%s: a signed GET was refused (%s); reading through s3fs from now on", url, refused)
-        for start in range(out.tell() - begin, size, RANGE_BYTES):
+        position = out.tell() - begin
+        while position < size:
             if cancel is not None and cancel.is_set():
                 raise InterruptedError(f"{url}: fetch into the cache cancelled")
-            data = self.read_range(url, start, min(size, start + RANGE_BYTES))
+            end = min(size, position + RANGE_BYTES)
+            if _host(url) in self._ignoring_hosts:  # it sends whole objects: take the rest from one
+                data = self._remote_range(url, position, end, rest_too=True)
+                self.stats.add("bytes_remote", len(data))
+            else:
+                data = self.read_range(url, position, end)
             if not data:
-                raise StorageError(f"{url}: ended at byte {start} of {size}; did it change?")
+                raise StorageError(f"{url}: ended at byte {position} of {size}; did it change?")
+            if position + len(data) > size:
+                raise StorageError(
+                    f"{url}: longer than the {size} bytes it had when listed or indexed; did it change? "
+                    "Index the shards again"
+                )
             out.write(data)
+            position += len(data)
 
     def write(self, url: str, data: bytes) -> None:
         """Write ``data`` as the object at ``url`` (a local file appears whole: written aside, renamed)."""
@@ -234,7 +278,7 @@ class Storage:
                 raise
             return
         fs, path_in_store = self._remote(scheme, rest)
-        self._retry(url, lambda: fs.pipe_file(path_in_store, data))
+        self._retry(url, lambda: self._call(fs, fs._pipe_file(path_in_store, data)))
 
     def _retry(self, url: str, call: Callable[[], T]) -> T:
         """Run ``call``; retry transient failures with backoff; name ``url`` in every error."""
@@ -243,21 +287,35 @@ class Storage:
 
     def _attempts(self, url: str, call: Callable[[], T]) -> T:
         wait = self.backoff_s
+        cancel = cancelling.current()
         for attempt in range(self.retries + 1):
             try:
                 return call()
+            except InterruptedError:
+                raise InterruptedError(f"{url}: fetch cancelled") from None
             except Exception as err:  # botocore's and aiohttp's errors share no base class with OSError
                 failure = _transient(url, err)
                 if attempt == self.retries:
-                    raise StorageError(
-                        f"{url}: failed after {self.retries} retries ({_described(failure)}); "
-                        "is the server reachable and the endpoint right?"
-                    ) from err
+                    raise StorageError(_gave_up(url, self.retries, failure)) from err
             self.retried += 1
             self.stats.add("retries")
-            time.sleep(wait)  # backoff between attempts against a struggling server
+            # backoff between attempts against a struggling server, cut short by a cancel
+            if cancel is not None and cancel.wait(wait):
+                raise InterruptedError(f"{url}: fetch cancelled")
+            if cancel is None:
+                time.sleep(wait)
             wait *= 2
         raise AssertionError("unreachable")
+
+    def _call(self, fs: Any, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run an fsspec coroutine on ``fs``'s event loop; a :class:`~.cancel.Cancel` this thread
+        obeys (:func:`~.cancel.cancelled_by`) stops it at once, with InterruptedError."""
+        future: concurrent.futures.Future[T] = asyncio.run_coroutine_threadsafe(coroutine, fs.loop)
+        with cancelling.stopping(cancelling.current(), future.cancel):
+            try:
+                return future.result()
+            except concurrent.futures.CancelledError:
+                raise InterruptedError("request cancelled") from None
 
     def _remote(self, scheme: str, rest: str) -> tuple[Any, str]:
         """This process's fsspec filesystem for ``scheme`` and the path it takes for ``rest``."""
@@ -336,6 +394,16 @@ def _transient(url: str, err: Exception) -> BaseException:
     object, a refused permission, a bad argument), naming ``url``."""
     if isinstance(err, (InterruptedError, signed_get.SignedUrlRefused)):  # cancelled; s3fs's turn
         raise err
+    status = _http_status(err)
+    if status is not None:
+        if status in (404, 410):
+            raise missing(url) from err
+        if status < 500 and status not in (408, 425, 429):
+            raise StorageError(
+                f"{url}: HTTP {status} {_reason(err)}; the server refuses this request: check the URL, "
+                "and the credentials or headers in storage_options"
+            ) from err
+        return err
     if isinstance(err, FileNotFoundError):
         lost = _lost_connection(err)
         if lost is None:
@@ -346,17 +414,57 @@ def _transient(url: str, err: Exception) -> BaseException:
     return err
 
 
+def _http_status(err: BaseException) -> int | None:
+    """The HTTP status of an answer behind ``err`` (aiohttp's or urllib's error, or the one fsspec's
+    HTTP ``info`` hides under a FileNotFoundError), None where no answer came."""
+    for candidate in (err, err.__cause__):
+        status = getattr(candidate, "status", None)  # not ``code``: aiohttp's payload errors have 400
+        if isinstance(status, int) and 400 <= status < 600:
+            return status
+    return None
+
+
+def _reason(err: BaseException) -> str:
+    for candidate in (err, err.__cause__):
+        reason = getattr(candidate, "message", None) or getattr(candidate, "reason", None)
+        if isinstance(reason, str) and reason:
+            return reason
+    return ""
+
+
+def _gave_up(url: str, retries: int, failure: BaseException) -> str:
+    """What a StorageError says once ``retries`` are spent on ``failure``."""
+    status = _http_status(failure)
+    if status is not None:
+        return (
+            f"{url}: failed after {retries} retries (HTTP {status} {_reason(failure)}); the server "
+            "keeps failing on this object: check the server (its logs, its load), or raise "
+            "dataset.retries if it fails only now and then"
+        )
+    described = _described(failure)
+    return (
+        f"{url}: failed after {retries} retries ({described}); "
+        "is the server reachable and the endpoint right?"
+    )
+
+
 def _lost_connection(err: FileNotFoundError) -> BaseException | None:
     """The connection failure behind a FileNotFoundError, None for an object really missing.
 
     fsspec's HTTP ``info`` (our ``size``) reports any failure as FileNotFoundError: a server that went
-    away mid-epoch would look like a missing shard, and not be retried. A response (404) has a status.
+    away mid-epoch would look like a missing shard, and not be retried.
     """
     cause = err.__cause__
-    if cause is None or hasattr(cause, "status"):
+    if cause is None:
         return None
     aiohttp_error = type(cause).__module__.split(".")[0] == "aiohttp"
     return cause if aiohttp_error or isinstance(cause, (ConnectionError, TimeoutError)) else None
+
+
+def _host(url: str) -> str:
+    """``scheme://host:port`` of a URL."""
+    scheme, _, rest = url.partition("://")
+    return f"{scheme}://{rest.split('/', 1)[0]}"
 
 
 def _url_of(scheme: str, path: str) -> str:
