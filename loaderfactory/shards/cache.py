@@ -46,7 +46,7 @@ from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChange
 from loaderfactory.shards.index import ShardInfo
 from loaderfactory.shards.object_version import same_version
 from loaderfactory.shards.staged_file import staged_file
-from loaderfactory.shards.storage import Storage, is_remote, split_scheme
+from loaderfactory.shards.storage import Storage, is_remote, short_answer, split_scheme
 
 HOLD_ATTEMPTS = 5
 """How often :meth:`ShardCache.hold` fetches again a shard evicted between its fetch and its lock."""
@@ -258,11 +258,7 @@ class ShardCache:
             with staged_file(path) as out:
                 self.storage.download(url, out, size, cancel)
                 if out.tell() != size:  # raised before the link: the file never gets its name
-                    raise StorageError(
-                        f"{url}: the server sent {out.tell()} bytes of the {size} the object has, and "
-                        "nothing was cached: an answer cut short (or too long) by the server or the "
-                        "network, not a fault of the shard; check the server or proxy and run again"
-                    )
+                    raise short_answer(url, out.tell(), size)
             touch(path)
         except BaseException as err:
             if isinstance(err, OSError) and err.errno == errno.ENOSPC:

@@ -65,6 +65,15 @@ def is_remote(url: str) -> bool:
     return split_scheme(url)[0] != "file"
 
 
+def short_answer(url: str, received: int, size: int) -> StorageError:
+    """The error of a fetch that got ``received`` bytes of the ``size`` the object has."""
+    return StorageError(
+        f"{url}: the server sent {received} bytes of the {size} the object has, and nothing was "
+        "cached: an answer cut short (or too long) by the server or the network, not a fault of the "
+        "shard; check the server or proxy and run again"
+    )
+
+
 def missing(url: str) -> ShardNotFoundError:
     """The error for an object that does not exist, naming its URL."""
     return ShardNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
@@ -147,7 +156,7 @@ class Storage:
         if scheme == "file":
             return self.size(url), ""
         fs, path = self._remote(scheme, rest)
-        info = self._retry(url, lambda: fs.info(path))
+        info = self._retry(url, lambda: self._call(fs, fs._info(path)))
         if info.get("size") is None:
             raise StorageError(f"{url}: the server tells no size for it (no Content-Length on HEAD)")
         return int(info["size"]), version_of(info)
@@ -254,7 +263,7 @@ class Storage:
             else:
                 data = self.read_range(url, position, end)
             if not data:
-                raise StorageError(f"{url}: ended at byte {position} of {size}; did it change?")
+                raise short_answer(url, position, size)
             if position + len(data) > size:
                 raise StorageError(
                     f"{url}: longer than the {size} bytes it had when listed or indexed; did it change? "
