@@ -16,9 +16,7 @@ import math
 import multiprocessing
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from multiprocessing.connection import wait
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -34,9 +32,6 @@ from loaderfactory.errors import WorkerError
 
 K = TypeVar("K")
 R = TypeVar("R")
-
-PARENT_CHECK_S = 0.5
-"""How often a worker checks that its parent is alive where it has no parent sentinel to watch."""
 
 MMAP_THRESHOLD = 128 * 1024
 """Bytes from which a worker's ``malloc`` maps each block on its own (glibc's initial value, held fixed)."""
@@ -80,7 +75,8 @@ class _Loader(DataLoader[Any]):
 
 
 class _WorkerInit:
-    """Runs first in each worker: our worker info, Ctrl-C left to the parent, exit with the parent."""
+    """Runs in each worker, before the user's ``worker_init_fn``: our worker info, Ctrl-C left to the
+    parent. (Exiting with the parent is :mod:`~loaderfactory.components.workers.parent_death`'s.)"""
 
     def __init__(self, rank: int, user_init: Callable[[int], None] | None) -> None:
         self.rank = rank
@@ -92,7 +88,6 @@ class _WorkerInit:
         set_worker_info(WorkerInfo(info.id, info.num_workers, info.seed, self.rank, "process"), process=True)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
         _hold_mmap_threshold()
-        threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
         if self.user_init is not None:
             self.user_init(worker_id)
 
@@ -114,24 +109,6 @@ def _hold_mmap_threshold() -> None:
         return
     if glibc:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """Exit this worker as soon as its parent is gone, even one killed by a signal.
-
-    torch's own check runs only between tasks, every 5 s; a parent killed by SIGKILL could leave a
-    busy worker running for as long as its task takes.
-    """
-    parent = multiprocessing.parent_process()
-    sentinel = getattr(parent, "sentinel", None)
-    while True:
-        if sentinel is not None and wait([sentinel], PARENT_CHECK_S):
-            break
-        if sentinel is None:
-            threading.Event().wait(PARENT_CHECK_S)
-        if os.getppid() != parent_pid:
-            break
-    os._exit(0)
 
 
 class ProcessWorkers(Generic[K, R]):

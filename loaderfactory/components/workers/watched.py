@@ -28,6 +28,7 @@ from loaderfactory.components.workers.exits import (
     out_of_descriptors,
     stop_workers,
 )
+from loaderfactory.components.workers.parent_death import workers_exit_with_parent
 from loaderfactory.components.workers.torch_internals import (
     awaited_worker,
     forget_iterator,
@@ -170,14 +171,16 @@ def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name
 
     torch waits for each persistent worker to acknowledge the new epoch and notices a dead one
     after 5 s, with its own ``RuntimeError``; a watcher interrupts that wait at once. Workers
-    stopped after an error are forgotten, so the pass starts new ones.
+    stopped after an error are forgotten, so the pass starts new ones. Workers it starts exit with
+    this process (:mod:`~loaderfactory.components.workers.parent_death`).
     """
     previous = running_iterator(loader)
     if previous is not None and is_shut_down(previous):
         forget_iterator(loader)
         previous = None
     if previous is None:
-        return begin()
+        with workers_exit_with_parent(loader):
+            return begin()
     died: list[WorkerError] = []
 
     def interrupt(error: WorkerError) -> None:
