@@ -11,9 +11,11 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.test_cli import ROOT
 
@@ -87,6 +89,88 @@ def test_ctrl_c_writes_a_partial_report_and_exits_130(tmp_path: Path) -> None:
     assert Path(found[2]) == run_dir / "report.json"
     assert report["interrupted"] is True and report["batches"] == int(found[1]) >= 1
     assert report["items"] == 32 * report["batches"] and report["batches_per_s"] > 0
+    assert report["stage"] == "drawing batches" and report["built"] == ["dataset", "loader", "prefetch"]
     (log,) = run_dir.glob("*.log")
     assert "interrupted (Ctrl-C)" in log.read_text() and "partial report: " in log.read_text()
     assert "interrupted (Ctrl-C)" in out.decode()
+
+
+def _maps(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/maps").read_text()
+    except OSError:  # ended, or no /proc
+        return ""
+
+
+def _interrupt_when(
+    process: subprocess.Popen[bytes], ready: Callable[[], bool], timeout: float = 90.0
+) -> None:
+    """SIGINT ``process`` as soon as ``ready()`` (what the process has loaded or written, seen from
+    outside), polled until ``timeout``; fails if the process ends first."""
+    deadline = time.monotonic() + timeout
+    while not ready():
+        assert process.poll() is None, f"the command ended first: {process.communicate()[1].decode()[-3000:]}"
+        assert time.monotonic() < deadline, f"not ready in {timeout} s"
+        time.sleep(0.005)  # polling another process's state: there is no event to wait on
+    process.send_signal(signal.SIGINT)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="moments are told by /proc/<pid>/maps")
+@pytest.mark.parametrize("moment", ["starting", "importing torch"])
+def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path: Path, moment: str) -> None:
+    """SIGINT while the command's modules load (before Hydra made the output folder) and while torch
+    is imported for the build: one line on stderr, no traceback, exit 130, no INFO lines from
+    torch at exit; a report marked interrupted, with its stage and the slots built, where the
+    output folder existed."""
+    run_dir = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "loaderfactory",
+        "dataset=slow_disk",
+        "loader=torch_workers",
+        "run.plots=false",
+        f"hydra.run.dir={run_dir}",
+    ]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    process = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    pid = process.pid
+
+    def ready() -> bool:
+        if moment == "starting":  # Hydra and pydantic loading: the app's modules, no folder yet
+            return "pydantic_core" in _maps(pid)
+        return "libtorch_cpu" in _maps(pid) and run_dir.is_dir()  # imported inside the job
+
+    try:
+        _interrupt_when(process, ready)
+        existed = run_dir.exists()
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    stderr = err.decode()
+    assert process.returncode == 130, stderr[-3000:]
+    lines = [line for line in stderr.splitlines() if line.strip() and "batch/s" not in line]
+    assert len(lines) == 1 and "Traceback" not in stderr, stderr[-3000:]
+    assert "][torch." not in out.decode(), out.decode()  # torch's loggers at exit ("FakeTensor cache stats")
+    if moment == "starting":
+        assert not existed
+        assert lines[0] == (
+            "loaderfactory: interrupted while starting, before the run had an output folder: no report"
+        )
+        assert not (run_dir / "report.json").exists()
+        return
+    found = re.fullmatch(r"loaderfactory: interrupted after (\d+) batches; partial report in (.+)", lines[0])
+    assert found, lines[0]
+    report = json.loads(Path(found[2]).read_text())
+    assert report["interrupted"] is True and report["batches"] == 0 and report["batches_per_s"] == 0.0
+    assert (report["stage"], report["built"]) == ("building", []), report
