@@ -117,12 +117,13 @@ def _interrupt_when(
 
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="moments are told by /proc/<pid>/maps")
-@pytest.mark.parametrize("moment", ["starting", "importing torch"])
+@pytest.mark.parametrize("moment", ["starting", "importing torch", "workers starting"])
 def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path: Path, moment: str) -> None:
-    """SIGINT while the command's modules load (before Hydra made the output folder) and while torch
-    is imported for the build: one line on stderr, no traceback, exit 130, no INFO lines from
-    torch at exit; a report marked interrupted, with its stage and the slots built, where the
-    output folder existed."""
+    """SIGINT while the command's modules load (before Hydra made the output folder), while torch
+    is imported for the build, and as the prefetch thread forks the first worker (before any batch;
+    this hung, or printed a half-made iterator's traceback): one line on stderr, no traceback, exit
+    130, no INFO lines from torch at exit; a report marked interrupted, with its stage and the slots
+    built, where the output folder existed."""
     run_dir = tmp_path / "run"
     command = [
         sys.executable,
@@ -147,7 +148,9 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path: Path, moment: s
     def ready() -> bool:
         if moment == "starting":  # Hydra and pydantic loading: the app's modules, no folder yet
             return "pydantic_core" in _maps(pid)
-        return "libtorch_cpu" in _maps(pid) and run_dir.is_dir()  # imported inside the job
+        if moment == "importing torch":
+            return "libtorch_cpu" in _maps(pid) and run_dir.is_dir()  # imported inside the job
+        return bool(psutil.Process(pid).children())  # the first worker forked
 
     try:
         _interrupt_when(process, ready)
@@ -173,4 +176,7 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path: Path, moment: s
     assert found, lines[0]
     report = json.loads(Path(found[2]).read_text())
     assert report["interrupted"] is True and report["batches"] == 0 and report["batches_per_s"] == 0.0
-    assert (report["stage"], report["built"]) == ("building", []), report
+    if moment == "importing torch":
+        assert (report["stage"], report["built"]) == ("building", []), report
+    else:
+        assert (report["stage"], report["built"]) == ("drawing batches", ["dataset", "loader", "prefetch"])

@@ -12,7 +12,7 @@ loaderfactory run.mode=pack pack.out=data/shards pack.shard_size=64MiB   # the d
 This module is the entry point and imports the app (:mod:`loaderfactory.hydra.app`: Hydra,
 pydantic, later torch; seconds on a busy machine) only once it has taken Ctrl-C in hand, so that
 Ctrl-C ends the command the same way at any moment: one line, exit 130, and a report where the
-run had an output folder (:mod:`loaderfactory.hydra.exits`).
+run had an output folder (:mod:`loaderfactory.hydra.exits`, :mod:`loaderfactory.hydra.interrupts`).
 """
 
 from __future__ import annotations
@@ -27,11 +27,11 @@ from loaderfactory.hydra.exits import (
     Interrupted,
     OutputClosed,
     drop_stdout,
-    interrupt_once,
     interrupted_line,
     quiet_exit,
     stdout_closed,
 )
+from loaderfactory.hydra.interrupts import interrupt_once
 
 _APP_NAMES = frozenset({"run_app", "kinds_help", "summary_lines", "worker_error_message", "Job"})
 """The app's names that code importing them from here (as before the entry point was split off) finds."""

@@ -8,13 +8,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
 import sys
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pathlib import Path
-    from types import FrameType
 
 INTERRUPTED_EXIT = 130
 """The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it."""
@@ -53,29 +51,6 @@ class OutputClosed(SystemExit):
 
     def __init__(self) -> None:
         super().__init__(OUTPUT_CLOSED_EXIT)
-
-
-def interrupt_once() -> None:
-    """The first Ctrl-C raises ``KeyboardInterrupt`` as usual; a second one, while the first is
-    being handled (workers closing, the partial report being written), ends the process at once
-    with one line and status 130, rather than a second traceback from wherever it lands."""
-    if sys.platform == "win32" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        return  # a background job started with Ctrl-C ignored keeps it so
-    command = os.getpid()
-
-    def first(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() == command:  # a forked worker, which inherits this handler, is torch's to stop
-            signal.signal(signal.SIGINT, again)
-        raise KeyboardInterrupt
-
-    def again(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != command:
-            raise KeyboardInterrupt
-        with contextlib.suppress(OSError):
-            os.write(2, b"loaderfactory: interrupted again: stopped at once, without a report\n")
-        os._exit(INTERRUPTED_EXIT)
-
-    signal.signal(signal.SIGINT, first)
 
 
 def quiet_exit() -> None:

@@ -27,6 +27,7 @@ from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
 from loaderfactory.components.workers.lifecycle import grace
 from loaderfactory.components.workers.remote import RemoteFailure
 from loaderfactory.components.workers.torch_internals import forget_iterator, is_shut_down, worker_processes
+from loaderfactory.components.workers.uninterruptible import uninterruptible
 from loaderfactory.components.workers.watched import WatchedPass, begin_pass
 from loaderfactory.errors import WorkerError
 
@@ -176,6 +177,7 @@ class ProcessWorkers(Generic[K, R]):
         )
         self._closed = False
 
+    @uninterruptible
     def run(self, keys: Iterable[K]) -> Iterator[R]:
         """The result of ``task(key)`` for each key, in order (a new run stops the previous one)."""
         if self._closed:

@@ -40,6 +40,7 @@ from loaderfactory.components.workers.torch_internals import (
     unregister_pids,
     worker_processes,
 )
+from loaderfactory.components.workers.uninterruptible import uninterruptible
 from loaderfactory.errors import StallError, WorkerError
 
 
@@ -64,6 +65,7 @@ class WatchedPass:
         self.timeout = timeout
         self.on_exit = on_exit
         self.died: WorkerError | None = None
+        self._watcher: ExitWatcher | None = None  # first: __del__ reads it even if __init__ is cut short
         self._waiting: threading.Thread | None = None  # the thread inside next(), woken by a death
         unregister_pids(iterator)  # the watcher reports a death, to the thread that waits
         this = weakref.ref(self)  # the watcher must not keep an abandoned pass alive
@@ -73,7 +75,7 @@ class WatchedPass:
             if watched is not None:
                 watched._on_exit(error)
 
-        self._watcher: ExitWatcher | None = ExitWatcher(iterator, name, report)
+        self._watcher = ExitWatcher(iterator, name, report)
 
     def _on_exit(self, error: WorkerError) -> None:
         self.died = error  # first: a consumer about to wait sees it, or is seen waiting below
@@ -165,6 +167,7 @@ class WatchedPass:
         self.stop_watching()
 
 
+@uninterruptible
 def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
     """``begin()`` (torch's ``iter(loader)``), raising :class:`WorkerError` for a persistent worker
     that died since the last pass.
@@ -201,6 +204,7 @@ def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name
         watcher.stop()
 
 
+@uninterruptible
 def start_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
     """:func:`begin_pass`, as a :class:`WatchedPass` where it runs worker processes, whose small
     batches come back by value (:mod:`~loaderfactory.components.workers.batch_transfer`)."""
