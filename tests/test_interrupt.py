@@ -180,3 +180,53 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path: Path, moment: s
         assert (report["stage"], report["built"]) == ("building", []), report
     else:
         assert (report["stage"], report["built"]) == ("drawing batches", ["dataset", "loader", "prefetch"])
+
+
+INTERRUPT_AFTER_IMPORT = """
+import importlib.abc, os, signal, sys
+
+class _InterruptAfter(importlib.abc.MetaPathFinder):
+    \"\"\"SIGINT to this process as soon as MODULE is imported (by whoever imports it).\"\"\"
+
+    def find_spec(self, name, path, target=None):
+        if name == os.environ["LF_TEST_INTERRUPT_AFTER"] and self in sys.meta_path:
+            sys.meta_path.remove(self)
+            module = __import__(name, fromlist=["_"])
+            os.kill(os.getpid(), signal.SIGINT)
+            return module.__spec__
+        return None
+
+sys.meta_path.insert(0, _InterruptAfter())
+"""
+"""A ``sitecustomize`` that interrupts the command right after it imports a given module."""
+
+
+@pytest.mark.slow
+def test_ctrl_c_while_torch_is_imported_prints_no_torch_logging_at_exit(tmp_path: Path) -> None:
+    """Ctrl-C right after torch registered its FakeTensor ``atexit`` report, in the middle of
+    ``import torch``: no "FakeTensor cache stats" INFO lines (torch's loggers, left unconfigured,
+    reached Hydra's root logger); one line, exit 130, a report marked interrupted while building."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(INTERRUPT_AFTER_IMPORT)
+    run_dir = tmp_path / "run"
+    path = os.pathsep.join([str(hook), str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env = {**os.environ, "PYTHONPATH": path, "LF_TEST_INTERRUPT_AFTER": "torch._subclasses.fake_tensor"}
+    done = subprocess.run(
+        [sys.executable, "-m", "loaderfactory", "run.plots=false", f"hydra.run.dir={run_dir}"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        timeout=120,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    out, err = done.stdout.decode(), done.stderr.decode()
+    assert "FakeTensor" not in out and "][torch." not in out, out
+    assert done.returncode == 130 and "Traceback" not in err, err[-3000:]
+    assert (
+        err.strip()
+        .splitlines()[-1]
+        .startswith("loaderfactory: interrupted after 0 batches; partial report in ")
+    )
+    report = json.loads((run_dir / "report.json").read_text())
+    assert (report["interrupted"], report["stage"], report["built"]) == (True, "building", [])
