@@ -1,15 +1,8 @@
 """The ``loaderfactory`` command's Hydra app: builds a loader from config, runs it, reports.
 
-Started by :func:`loaderfactory.hydra.cli.main`, which ends it on Ctrl-C or a closed stdout.
-
-loaderfactory prefetch.buffer_size=4 run.batches=200
-loaderfactory -m prefetch.buffer_size=1,4,16          # one report per job, a summary, non-zero if any failed
-loaderfactory run.mode=validate loader.batch_size=0    # prints every problem, exits 2
-loaderfactory run.mode=schema > loaderfactory.schema.json
-loaderfactory run.mode=index dataset=shards dataset.urls='s3://bucket/train/'  # writes the shards' index
-loaderfactory run.mode=pack pack.out=data/shards pack.shard_size=64MiB   # the dataset as shards
-
-``validate``, ``schema`` and ``--help`` import no torch and write no output folder.
+Started by :func:`loaderfactory.hydra.cli.main` (the command's uses are listed there), which ends
+it on Ctrl-C or a closed stdout. ``validate``, ``schema`` and ``--help`` import no torch and write
+no output folder.
 """
 
 from __future__ import annotations

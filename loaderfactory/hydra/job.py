@@ -58,8 +58,13 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
         run.stopped = run.stage
     if run.stopped is not None:
         summary = run.report(spec)  # again: the memory figures and shards' stats of a run cut short
-    report = write_report(summary, out_dir / spec.run.report)
-    say(f"{format_report(summary)}\n{'partial report' if run.stopped else 'report'}: {report}")
+    try:
+        report = write_report(summary, out_dir / spec.run.report)
+        say(f"{format_report(summary)}\n{'partial report' if run.stopped else 'report'}: {report}")
+    except KeyboardInterrupt:  # the first Ctrl-C, as the report of a whole run was written
+        run.stopped = "reporting"
+        summary = run.report(spec)
+        report = write_report(summary, out_dir / spec.run.report)
     if run.stopped is not None:
         raise Interrupted(summary["batches"], report)
     return summary
