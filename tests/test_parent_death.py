@@ -19,7 +19,7 @@ EXIT_S = 10.0
 still rules out torch's own check (5 s), after which such a worker never exits."""
 
 TRAINER = """
-import json, os, sys
+import json, os, sys, threading
 import psutil
 from loaderfactory import build_loader
 
@@ -33,10 +33,24 @@ configs = {
     },
     "ram queue": {"queue": {"kind": "ram", "num_workers": 2, "worker_type": "process", "batch_size": 4}},
     "sharded": {"loader": {"kind": "sharded", "batch_size": 4, "num_workers": 2}},
+    "torch, started on a thread": {
+        "loader_of": {"loader": {"kind": "torch", "batch_size": 4, "num_workers": 2}},
+    },
 }
+
+def started_on_a_thread(loader):
+    # The thread that starts the workers ends at once: the kernel's parent-death signal, tied to
+    # that thread, must not be what ends them (they serve the batches below), but a watcher.
+    started = []
+    thread = threading.Thread(target=lambda: started.append(iter(loader)))
+    thread.start()
+    thread.join()
+    return started[0]
+
 workers, iterators, seen = {}, [], set()
 for name, config in configs.items():
-    iterator = iter(build_loader({"dataset": dataset, **config}))
+    loader = build_loader({"dataset": dataset, **config.get("loader_of", config)})
+    iterator = started_on_a_thread(loader) if "loader_of" in config else iter(loader)
     for _ in range(3):
         assert next(iterator)["x"].shape == (4, 6400)
     iterators.append(iterator)  # left unread: the workers fill their queues and block
@@ -104,4 +118,4 @@ def test_workers_exit_with_their_trainer_and_release_its_stdout(ending: str) -> 
     workers, took, survivors = _run_trainer(ending)
     assert not survivors, f"workers alive {EXIT_S:g} s after the trainer's death, by loader: {survivors}"
     assert took < EXIT_S, f"the trainer's output stayed open {took:.1f} s after its death"
-    assert set(workers) == {"torch", "torch+thread", "ram queue", "sharded"}
+    assert set(workers) == {"torch", "torch+thread", "ram queue", "sharded", "torch, started on a thread"}
