@@ -96,6 +96,21 @@ class LimitError(LoaderFactoryError, ValueError):
         self.component = component
 
 
+class BuildInterrupted(KeyboardInterrupt):
+    """Ctrl-C while a loader was being built; what was built so far is already closed.
+
+    A ``KeyboardInterrupt``, so that every ``except KeyboardInterrupt`` still catches it.
+
+    Attributes:
+        built: the slots built before it, in pipeline order.
+        building: the slot it stopped in, or ``None`` once every slot was built.
+    """
+
+    def __init__(self, built: list[str], building: str | None) -> None:
+        super().__init__(f"interrupted while building {building or 'the loader'}")
+        self.built, self.building = built, building
+
+
 class ResumeWarning(UserWarning):
     """A state was loaded although its config differs where that cannot change the batches: the data
     was read from another place (``dataset.root``), the same kind and length."""

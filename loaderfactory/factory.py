@@ -7,7 +7,7 @@ from typing import Any
 from loaderfactory.builders import BuildContext
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import Spec
-from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.errors import BuildInterrupted, ConfigError, ConfigProblem
 from loaderfactory.intake import at_root, take_in
 from loaderfactory.loader import Loader
 
@@ -51,8 +51,10 @@ def _build_pipeline(spec: Any, dataset: Any) -> Loader:
     context = BuildContext(seed=spec.seed, progress=spec.run.progress)
     components: dict[str, Any] = {}
     upstream: Any = None
+    building: str | None = None
     try:
         for slot in registry.SLOTS:
+            building = slot
             if slot == "dataset" and dataset is not None:
                 component = dataset
             else:
@@ -66,10 +68,13 @@ def _build_pipeline(spec: Any, dataset: Any) -> Loader:
                 context.dataset = component
             if slot == "queue":
                 context.batched = True
+        building = None
         _refuse_empty_epochs(spec, components)
-    except BaseException:
+    except BaseException as error:
         if components:  # release what the slots before the failing one started
             Loader(components, spec).close()
+        if isinstance(error, KeyboardInterrupt) and not isinstance(error, BuildInterrupted):
+            raise BuildInterrupted(list(components), building) from None
         raise
     return Loader(components, spec)
 

@@ -21,6 +21,7 @@ if sys.argv[1:] == ["torch"]:
     import torch  # noqa: F401 - what a command that builds a loader imports first
 
 import loaderfactory.config.schema
+import loaderfactory.hydra.app
 import loaderfactory.hydra.cli
 import loaderfactory.intake  # what validating a config loads (no torch)
 

@@ -23,6 +23,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def kill_survivors(pids: list[int]) -> None:
+    """SIGKILL those of ``pids`` still alive (a failed test's orphans)."""
+    for pid in pids:
+        if alive(pid):
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+
+
 def orphans_after_parent_kill(code: str) -> list[int]:
     """Run ``code`` (which prints its worker pids), SIGKILL it; the workers still alive 5 s on."""
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT)
@@ -42,10 +50,7 @@ def orphans_after_parent_kill(code: str) -> list[int]:
         if parent.poll() is None:
             parent.kill()
             parent.wait(10)
-        for pid in pids:
-            if alive(pid):
-                with contextlib.suppress(OSError):
-                    os.kill(pid, signal.SIGKILL)
+        kill_survivors(pids)
 
 
 # -- what the leak check counts as ours ----------------------------------------------------------

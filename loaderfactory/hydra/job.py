@@ -11,21 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loaderfactory.config.specs.pipeline import LoaderSpec
-from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.errors import BuildInterrupted, ConfigError, ConfigProblem
+from loaderfactory.hydra.exits import Interrupted
 
 if TYPE_CHECKING:
     from loaderfactory.loader import Loader
-
-INTERRUPTED_EXIT = 130
-"""The exit status of a run stopped by Ctrl-C (128 + SIGINT), as shells report it."""
-
-
-class Interrupted(SystemExit):
-    """Ctrl-C stopped a run; its partial report is written. Exits the command with status 130."""
-
-    def __init__(self, batches: int, report: Path) -> None:
-        super().__init__(INTERRUPTED_EXIT)
-        self.batches, self.report = batches, report
 
 
 def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict[str, Any]:
@@ -33,40 +23,99 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
 
     Raises:
         ConfigError: the run drew no batch (an empty epoch), naming the fields that made it empty.
-        Interrupted: Ctrl-C; the report drawn so far is written, marked ``"interrupted": true``.
+        Interrupted: Ctrl-C, at any stage; the report of what was done is written, marked
+            ``"interrupted": true``, with the ``"stage"`` it stopped in (``building``, ``drawing
+            batches``, ``closing``, ``reporting``) and the slots ``"built"`` by then.
     """
-    from loaderfactory.factory import build_loader
     from loaderfactory.report import format_report, write_report
-    from loaderfactory.stats import PeakMemory
 
-    interrupted = False
-    with PeakMemory() as memory:
-        loader = build_loader(spec)
-        with loader:
-            try:
-                summary = consume(loader, spec)
-            except KeyboardInterrupt:  # the workers stop as the `with` ends, then we report
-                interrupted = True
-                summary = loader.telemetry()
-    if not interrupted and summary["batches"] == 0:
-        raise ConfigError(no_batch_problem(spec, loader))
-    summary.update(_memory_figures(memory))
-    shards = _shards_figures(loader)
-    if shards is not None:
-        summary["shards"] = shards
-    summary["config"] = spec.model_dump(mode="json", by_alias=True)
-    report = out_dir / spec.run.report
-    if interrupted:
-        summary["interrupted"] = True
-        if summary["batches"] == 0:  # stopped before the first batch: no rate to speak of
-            summary.update(batches_per_s=0.0, items_per_s=0.0)
-    elif spec.run.plots:
-        summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
-    write_report(summary, report)
-    say(f"{format_report(summary)}\n{'partial report' if interrupted else 'report'}: {report}")
-    if interrupted:
+    run = _Run()
+    try:
+        run.stage = "building"  # importing torch first: seconds on a busy machine
+        from loaderfactory.factory import build_loader
+        from loaderfactory.stats import PeakMemory
+
+        with PeakMemory() as memory:
+            run.memory = memory
+            loader = run.loader = build_loader(spec)
+            run.built = list(loader.components)
+            with loader:
+                run.stage = "drawing batches"
+                try:
+                    run.summary = consume(loader, spec)
+                except KeyboardInterrupt:  # the workers stop as the `with` ends, then we report
+                    run.stopped, run.summary = run.stage, loader.telemetry()
+                run.stage = "closing"
+        run.stage = "reporting"
+        if run.stopped is None and run.summary["batches"] == 0:
+            raise ConfigError(no_batch_problem(spec, loader))
+        summary = run.report(spec)
+        if run.stopped is None and spec.run.plots:
+            summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
+    except BuildInterrupted as stop:
+        run.stopped, run.built, run.building = "building", stop.built, stop.building
+    except KeyboardInterrupt:
+        run.stopped = run.stage
+    if run.stopped is not None:
+        summary = run.report(spec)  # again: the memory figures and shards' stats of a run cut short
+    try:
+        report = write_report(summary, out_dir / spec.run.report)
+        say(f"{format_report(summary)}\n{'partial report' if run.stopped else 'report'}: {report}")
+    except KeyboardInterrupt:  # the first Ctrl-C, as the report of a whole run was written
+        run.stopped = "reporting"
+        summary = run.report(spec)
+        report = write_report(summary, out_dir / spec.run.report)
+    if run.stopped is not None:
         raise Interrupted(summary["batches"], report)
     return summary
+
+
+class _Run:
+    """What a run has done so far: enough to report it whenever Ctrl-C stops it."""
+
+    def __init__(self) -> None:
+        self.stage = "validating"
+        self.stopped: str | None = None  # the stage Ctrl-C stopped, if it did
+        self.built: list[str] = []
+        self.building: str | None = None
+        self.loader: Loader | None = None
+        self.memory: Any = None
+        self.summary: dict[str, Any] = {"batches": 0, "items": 0}
+
+    def report(self, spec: LoaderSpec) -> dict[str, Any]:
+        summary = dict(self.summary)
+        if self.memory is not None:
+            summary.update(_memory_figures(self.memory))
+        if self.loader is not None:
+            shards = _shards_figures(self.loader)
+            if shards is not None:
+                summary["shards"] = shards
+        summary["config"] = spec.model_dump(mode="json", by_alias=True)
+        if self.stopped is not None:
+            summary.update(interrupted=True, stage=self.stopped, built=self.built)
+            if self.building is not None:
+                summary["building"] = self.building
+            if summary["batches"] == 0:  # stopped before the first batch: no rate to speak of
+                summary.update(batches_per_s=0.0, items_per_s=0.0)
+        return summary
+
+
+def interrupted_early(out_dir: Path, report_name: str, config: dict[str, Any]) -> Interrupted:
+    """Ctrl-C in a run's job before :func:`run_job` began (while validating the config): writes the
+    report that says so and returns the :class:`Interrupted` to raise."""
+    from loaderfactory.report import write_report
+
+    summary = {
+        "batches": 0,
+        "items": 0,
+        "batches_per_s": 0.0,
+        "items_per_s": 0.0,
+        "interrupted": True,
+        "stage": "validating",
+        "built": [],
+        "config": config,
+    }
+    return Interrupted(0, write_report(summary, out_dir / report_name))
 
 
 def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:

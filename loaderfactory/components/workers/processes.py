@@ -16,9 +16,7 @@ import math
 import multiprocessing
 import os
 import signal
-import threading
 from collections.abc import Callable, Iterable, Iterator
-from multiprocessing.connection import wait
 from typing import Any, Generic, TypeVar
 
 import torch
@@ -29,14 +27,12 @@ from loaderfactory.components.workers.info import WorkerInfo, set_worker_info
 from loaderfactory.components.workers.lifecycle import grace
 from loaderfactory.components.workers.remote import RemoteFailure
 from loaderfactory.components.workers.torch_internals import forget_iterator, is_shut_down, worker_processes
+from loaderfactory.components.workers.uninterruptible import uninterruptible
 from loaderfactory.components.workers.watched import WatchedPass, begin_pass
 from loaderfactory.errors import WorkerError
 
 K = TypeVar("K")
 R = TypeVar("R")
-
-PARENT_CHECK_S = 0.5
-"""How often a worker checks that its parent is alive where it has no parent sentinel to watch."""
 
 MMAP_THRESHOLD = 128 * 1024
 """Bytes from which a worker's ``malloc`` maps each block on its own (glibc's initial value, held fixed)."""
@@ -80,7 +76,8 @@ class _Loader(DataLoader[Any]):
 
 
 class _WorkerInit:
-    """Runs first in each worker: our worker info, Ctrl-C left to the parent, exit with the parent."""
+    """Runs in each worker, before the user's ``worker_init_fn``: our worker info, Ctrl-C left to the
+    parent. (Exiting with the parent is :mod:`~loaderfactory.components.workers.parent_death`'s.)"""
 
     def __init__(self, rank: int, user_init: Callable[[int], None] | None) -> None:
         self.rank = rank
@@ -92,7 +89,6 @@ class _WorkerInit:
         set_worker_info(WorkerInfo(info.id, info.num_workers, info.seed, self.rank, "process"), process=True)
         signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
         _hold_mmap_threshold()
-        threading.Thread(target=_exit_with_parent, args=(os.getppid(),), daemon=True).start()
         if self.user_init is not None:
             self.user_init(worker_id)
 
@@ -114,24 +110,6 @@ def _hold_mmap_threshold() -> None:
         return
     if glibc:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD)
-
-
-def _exit_with_parent(parent_pid: int) -> None:
-    """Exit this worker as soon as its parent is gone, even one killed by a signal.
-
-    torch's own check runs only between tasks, every 5 s; a parent killed by SIGKILL could leave a
-    busy worker running for as long as its task takes.
-    """
-    parent = multiprocessing.parent_process()
-    sentinel = getattr(parent, "sentinel", None)
-    while True:
-        if sentinel is not None and wait([sentinel], PARENT_CHECK_S):
-            break
-        if sentinel is None:
-            threading.Event().wait(PARENT_CHECK_S)
-        if os.getppid() != parent_pid:
-            break
-    os._exit(0)
 
 
 class ProcessWorkers(Generic[K, R]):
@@ -199,6 +177,7 @@ class ProcessWorkers(Generic[K, R]):
         )
         self._closed = False
 
+    @uninterruptible
     def run(self, keys: Iterable[K]) -> Iterator[R]:
         """The result of ``task(key)`` for each key, in order (a new run stops the previous one)."""
         if self._closed:

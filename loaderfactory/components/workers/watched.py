@@ -28,6 +28,7 @@ from loaderfactory.components.workers.exits import (
     out_of_descriptors,
     stop_workers,
 )
+from loaderfactory.components.workers.parent_death import workers_exit_with_parent
 from loaderfactory.components.workers.torch_internals import (
     awaited_worker,
     forget_iterator,
@@ -39,6 +40,7 @@ from loaderfactory.components.workers.torch_internals import (
     unregister_pids,
     worker_processes,
 )
+from loaderfactory.components.workers.uninterruptible import uninterruptible
 from loaderfactory.errors import StallError, WorkerError
 
 
@@ -63,6 +65,7 @@ class WatchedPass:
         self.timeout = timeout
         self.on_exit = on_exit
         self.died: WorkerError | None = None
+        self._watcher: ExitWatcher | None = None  # first: __del__ reads it even if __init__ is cut short
         self._waiting: threading.Thread | None = None  # the thread inside next(), woken by a death
         unregister_pids(iterator)  # the watcher reports a death, to the thread that waits
         this = weakref.ref(self)  # the watcher must not keep an abandoned pass alive
@@ -72,7 +75,7 @@ class WatchedPass:
             if watched is not None:
                 watched._on_exit(error)
 
-        self._watcher: ExitWatcher | None = ExitWatcher(iterator, name, report)
+        self._watcher = ExitWatcher(iterator, name, report)
 
     def _on_exit(self, error: WorkerError) -> None:
         self.died = error  # first: a consumer about to wait sees it, or is seen waiting below
@@ -164,20 +167,23 @@ class WatchedPass:
         self.stop_watching()
 
 
+@uninterruptible
 def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
     """``begin()`` (torch's ``iter(loader)``), raising :class:`WorkerError` for a persistent worker
     that died since the last pass.
 
     torch waits for each persistent worker to acknowledge the new epoch and notices a dead one
     after 5 s, with its own ``RuntimeError``; a watcher interrupts that wait at once. Workers
-    stopped after an error are forgotten, so the pass starts new ones.
+    stopped after an error are forgotten, so the pass starts new ones. Workers it starts exit with
+    this process (:mod:`~loaderfactory.components.workers.parent_death`).
     """
     previous = running_iterator(loader)
     if previous is not None and is_shut_down(previous):
         forget_iterator(loader)
         previous = None
     if previous is None:
-        return begin()
+        with workers_exit_with_parent(loader):
+            return begin()
     died: list[WorkerError] = []
 
     def interrupt(error: WorkerError) -> None:
@@ -198,6 +204,7 @@ def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name
         watcher.stop()
 
 
+@uninterruptible
 def start_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
     """:func:`begin_pass`, as a :class:`WatchedPass` where it runs worker processes, whose small
     batches come back by value (:mod:`~loaderfactory.components.workers.batch_transfer`)."""
