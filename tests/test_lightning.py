@@ -233,3 +233,30 @@ def test_a_restored_loader_counts_the_whole_epoch_and_yields_the_rest() -> None:
 def test_importing_loaderfactory_never_imports_lightning() -> None:
     """Lightning loads only with ``loaderfactory.lightning``, never with the package or a loader."""
     assert lightning_imports()["loader"] == []
+
+
+class Failing(Recorder):
+    """A Recorder whose training step fails at its first batch."""
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        raise RuntimeError("a failing step")
+
+
+def test_the_trainers_reload_setting_is_given_back_after_a_failed_or_evaluating_resume(
+    tmp_path: Path,
+) -> None:
+    """A resume makes the trainer read the train loader's length again; a fit that fails before the
+    next epoch, or a ``validate`` from the checkpoint, leaves the user's own setting in place."""
+    stopped = quiet_trainer(pl, tmp_path, max_steps=3)
+    stopped.fit(Recorder(), datamodule=LoaderDataModule(TRAIN))
+    stopped.save_checkpoint(tmp_path / "stopped.ckpt")
+
+    failing = quiet_trainer(pl, tmp_path, max_steps=STEPS, reload_dataloaders_every_n_epochs=0)
+    with pytest.raises(RuntimeError, match="a failing step"):
+        failing.fit(Failing(), datamodule=LoaderDataModule(TRAIN), ckpt_path=tmp_path / "stopped.ckpt")
+    assert failing.reload_dataloaders_every_n_epochs == 0
+
+    evaluating = quiet_trainer(pl, tmp_path, reload_dataloaders_every_n_epochs=0)
+    data = LoaderDataModule(TRAIN, val=TRAIN)
+    evaluating.validate(Evaluator(), datamodule=data, ckpt_path=tmp_path / "stopped.ckpt")
+    assert evaluating.reload_dataloaders_every_n_epochs == 0

@@ -199,6 +199,11 @@ class DataModuleCore:
                 self._last = self._train_state(epochs.loader)
             epochs.loader.close()
 
+    def on_exception(self, exception: BaseException) -> None:
+        """A fit that failed gives the trainer its own ``reload_dataloaders_every_n_epochs`` back
+        (Lightning calls no ``teardown`` then)."""
+        self._reread.end()
+
     def state_dict(self) -> dict[str, Any]:
         """The train loader's position (``Loader.state_dict()``), saved in every checkpoint."""
         epochs = self._epochs.get("train")
@@ -220,7 +225,9 @@ class DataModuleCore:
         else:
             epochs.load_state_dict(state)
         # The resumed epoch's length may not be a whole epoch's (at another world size).
-        self._reread.request(getattr(self, "trainer", None))
+        trainer = getattr(self, "trainer", None)
+        if _fitting(trainer):
+            self._reread.request(trainer)
 
     def _get(self, stage: Stage) -> Epochs:
         epochs = self._epochs.get(stage)
@@ -270,3 +277,9 @@ class DataModuleCore:
                 stacklevel=3,
             )
             return None
+
+
+def _fitting(trainer: Any) -> bool:
+    """Whether ``trainer`` is running ``fit`` (not ``validate``/``test`` from a checkpoint)."""
+    function = getattr(getattr(trainer, "state", None), "fn", None)
+    return str(getattr(function, "value", function)) == "fit"
