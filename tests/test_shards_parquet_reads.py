@@ -11,7 +11,7 @@ import pytest
 from torch.utils.data import Dataset
 
 from loaderfactory import build_loader
-from loaderfactory.shards import ShardsDataset, pack, pack_writers
+from loaderfactory.shards import ShardsDataset, pack, pack_writers, row_groups_held
 
 ITEMS = 240
 ITEM_BYTES = 4096
@@ -57,3 +57,65 @@ def test_a_shuffled_epoch_reads_each_row_group_once(packed: tuple[str, int], num
     assert stats["bytes_read_local"] <= readers * size * 1.5, stats
     assert stats["row_groups_read"] <= readers * (groups + 2)
     assert stats["samples_read"] == ITEMS
+
+
+def test_the_row_groups_held_stay_within_one_budget_for_every_open_shard(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Four Parquet shards open at once (``open_shards: 4``, one window of all four), the budget made
+    three row groups: the decoded row groups the process holds stay within it for all the shards
+    together (the ledger's count and Arrow's own allocations both), every id once."""
+    import pyarrow.parquet
+
+    monkeypatch.setattr(pack_writers, "_ROW_GROUP_BYTES", 16 * ITEM_BYTES)
+    out = tmp_path / "parquet"
+    result = pack(
+        Blobs(), str(out), shard_size=ITEMS * ITEM_BYTES // 4 + 2**16, format="parquet", progress=False
+    )
+    assert len(result.shards) == 4
+    shards = ShardsDataset(f"{out}/", progress=False, open_shards=4, shuffle_window=4)
+    footers = [pyarrow.parquet.ParquetFile(info.url).metadata for info in result.shards]
+    group_bytes = max(m.row_group(g).total_byte_size for m in footers for g in range(m.num_row_groups))
+    budget = 3 * group_bytes
+    monkeypatch.setattr(row_groups_held, "ROW_GROUPS_HELD_BYTES", budget)
+    ledger = row_groups_held.held_row_groups()
+    before = pyarrow.total_allocated_bytes()
+    held, allocated, ids = [], [], []
+    loader = {"kind": "torch", "batch_size": 8, "shuffle": True}
+    with build_loader({"loader": loader, "seed": 3}, dataset=shards) as run:
+        for batch in run:
+            ids += [int(i) for i in batch["id.cls"]]
+            held.append(ledger.held_bytes)
+            allocated.append(pyarrow.total_allocated_bytes() - before)
+    assert sorted(ids) == list(range(ITEMS))
+    assert shards.stats()["shards_opened"] == 4  # all four were open together
+    assert max(allocated) <= budget + group_bytes, (allocated, budget)
+    assert 2 * group_bytes <= max(held) <= budget, (held, budget)
+
+
+def _child_ledger(answers: Any) -> None:
+    ledger = row_groups_held.held_row_groups()
+    answers.put((ledger.held_bytes, len(ledger)))
+
+
+def test_a_forked_worker_starts_with_an_empty_ledger_of_its_own() -> None:
+    """The parent's held row groups are not counted (nor kept alive) in a forked worker."""
+    import multiprocessing
+
+    ledger = row_groups_held.held_row_groups()
+    key = (row_groups_held.new_shard_id(), 0)
+    ledger.put(key, {"x": b"held"}, 100)
+    try:
+        context = multiprocessing.get_context("fork")
+        answers = context.SimpleQueue()
+        child = context.Process(target=_child_ledger, args=(answers,))
+        child.start()
+        child.join(30)
+        if child.exitcode is None:  # stuck: ended here, so the failure below names it
+            child.kill()
+            child.join()
+        assert child.exitcode == 0
+        assert answers.get() == (0, 0)
+        assert ledger.get(key) == {"x": b"held"}  # the parent's stays
+    finally:
+        ledger.drop_shard(key[0])

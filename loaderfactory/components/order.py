@@ -14,6 +14,8 @@ function of its arguments: the same on every rank, in every process, after every
   rank and means the same at any world size, so a state saved by one rank resumes every rank, and a
   state saved at world size W resumes at W′: the rest of the sequence is split between the new
   ranks, each remaining index delivered exactly once (``pad``'s repeats aside).
+  A state records which order it counted in, and is refused mid-epoch by a loader that reads in
+  another (:mod:`~loaderfactory.components.order_state`).
 * ``balance`` makes ranks take equally many indices: ``pad`` wraps the sequence around from its
   start, ``drop`` cuts the last few, ``uneven`` does neither (ranks then differ by at most one).
 """

@@ -56,6 +56,16 @@ def order_of(dataset: Any) -> Order | None:
     return order
 
 
+def order_source(dataset: Any) -> str:
+    """Where ``dataset``'s shuffled order comes from: ``"dataset"`` (its own ``epoch_order``,
+    :class:`ForwardEpochOrder`'s included), ``"forwarded"`` (a ``Subset`` following the order of
+    what it wraps) or ``"uniform"`` (a seeded permutation). Warns of nothing."""
+    if callable(getattr(dataset, "epoch_order", None)):
+        return "dataset"
+    order, _ = _resolve(dataset, _DEPTH)
+    return "uniform" if order is None else "forwarded"
+
+
 def _resolve(dataset: Any, depth: int) -> tuple[Order | None, tuple[Any, Any, str] | None]:
     """``(order, hidden)``: ``dataset``'s order, else the wrapper that hides one, what it wraps and
     what a uniform order costs there."""

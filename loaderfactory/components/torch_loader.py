@@ -17,6 +17,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, IterableDataset
 
 from loaderfactory.components.order import Balance, RankOrder
+from loaderfactory.components.order_state import ORDER_FIELD, check_order, shuffled_order
 from loaderfactory.components.samplers import ReplayedSampler, ResumableSampler, epoch_seed
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.state import check_matching, require_int, require_keys, require_state
@@ -241,7 +242,25 @@ class ResumableDataLoader(DataLoader[Any]):
                 "inside the workers; resume needs num_workers=0 or a map-style dataset"
             )
         epoch, position, steps = snapshot
-        return {"epoch": epoch, "position": position, "steps": steps, "seed": self.seed, **self._settings()}
+        return {
+            "epoch": epoch,
+            "position": position,
+            "steps": steps,
+            "seed": self.seed,
+            ORDER_FIELD: self._order(),
+            **self._settings(),
+        }
+
+    def _order(self) -> str:
+        """The order a position counts in (:mod:`~loaderfactory.components.order_state`)."""
+        cached: str | None = self.__dict__.get("_order_cache")
+        if cached is None:
+            if isinstance(self._sampler, ResumableSampler):
+                cached = shuffled_order(self._sampler.order.shuffle, self._sampler.order.dataset)
+            else:
+                cached = "sampler" if self._sampler is not None else "stream"
+            self._order_cache = cached  # fixed at construction, as the settings are
+        return cached
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Continue at the saved epoch and position on the next ``iter()``.
@@ -251,8 +270,9 @@ class ResumableDataLoader(DataLoader[Any]):
         the order.
 
         Raises:
-            ResumeError: the state was saved under other settings (batch size, shuffle, ...), or a
-                field is missing, of the wrong type, or out of range (a position past the epoch).
+            ResumeError: the state was saved under other settings (batch size, shuffle, ...), counted
+                its position mid-epoch in another order (``order``), or a field is missing, of the
+                wrong type, or out of range (a position past the epoch).
         """
         owner = "loader (torch)"
         state = require_state(owner, state)
@@ -263,6 +283,7 @@ class ResumableDataLoader(DataLoader[Any]):
         check_matching(owner, state, settings)
         epoch = require_int(owner, state, "epoch")
         position = require_int(owner, state, "position", high=self._epoch_end())
+        check_order(owner, state, self._order(), position)
         steps = require_int(owner, state, "steps")
         seed = require_int(owner, state, "seed", low=None)
         if self.seed_given and seed != self.seed:

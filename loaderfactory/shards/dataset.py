@@ -57,8 +57,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         decode: True (every known extension), False (bytes), or the extensions to decode.
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
-        open_shards: how many shards stay open (an open Parquet shard keeps the row groups it read,
-            up to 256 MiB: :data:`~loaderfactory.shards.parquet_format.ROW_GROUPS_HELD_BYTES`).
+        open_shards: how many shards stay open (open Parquet shards keep the row groups they read,
+            up to 256 MiB a process for all of them:
+            :data:`~loaderfactory.shards.row_groups_held.ROW_GROUPS_HELD_BYTES`).
         shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`).
         shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
             ``"auto"``: by extension.

@@ -1,10 +1,11 @@
 """Parquet shards through pyarrow: a row is a sample, its columns are the sample's keys.
 
 Opening a shard reads only its footer (row-group sizes). A sample reads its row group and keeps it
-decoded while the shard is open (up to :data:`ROW_GROUPS_HELD_BYTES` of row groups a shard, least
-recently used dropped first), so a shuffled visit of a shard reads each row group once instead of
-once a sample. Binary columns named like a file extension (``jpg``, ``npy``, ``image.png``) are
-decoded as tar fields are.
+decoded while the shard is open (up to
+:data:`~loaderfactory.shards.row_groups_held.ROW_GROUPS_HELD_BYTES` of row groups a process, all of
+its open shards together, least recently used dropped first), so a shuffled visit of a shard reads
+each row group once instead of once a sample. Binary columns named like a file extension (``jpg``,
+``npy``, ``image.png``) are decoded as tar fields are.
 """
 
 from __future__ import annotations
@@ -12,17 +13,13 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-from collections import OrderedDict
 from typing import Any
 
 from loaderfactory.shards.decode import Decode, decode_in_sample
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
+from loaderfactory.shards.row_groups_held import held_row_groups, new_shard_id
 from loaderfactory.shards.storage import Storage
-
-ROW_GROUPS_HELD_BYTES = 256 * 2**20
-"""The most bytes of decoded row groups (their uncompressed size in the footer) an open shard keeps:
-a whole shard at ``pack``'s default ``shard_size``. At least one row group is always kept."""
 
 
 def _parquet() -> Any:
@@ -55,25 +52,20 @@ def count_parquet_rows(storage: Storage, url: str) -> int:
 class ParquetShard:
     """One opened Parquet shard: row-group boundaries from the footer, rows decoded on demand.
 
-    Holds the footer and the row groups decoded so far, as Arrow tables (their uncompressed size, up
-    to ``held_bytes``), and no open file: a row group is read through a file opened for it, once
-    while the shard stays open (again only after it was dropped to make room).
-
-    Args:
-        held_bytes: the most bytes of decoded row groups kept (:data:`ROW_GROUPS_HELD_BYTES`).
+    Holds the footer and no open file; the row groups decoded so far are held, as Arrow tables, in
+    the process's :func:`~loaderfactory.shards.row_groups_held.held_row_groups` (one budget for every
+    open shard). A row group is read through a file opened for it, once while the shard stays open
+    (again only after it was dropped to make room).
     """
 
-    def __init__(
-        self, storage: Storage, url: str, decode: Decode = True, held_bytes: int = ROW_GROUPS_HELD_BYTES
-    ) -> None:
+    def __init__(self, storage: Storage, url: str, decode: Decode = True) -> None:
         self.storage, self.url, self.decode = storage, url, decode
         self._metadata = _metadata(storage, url)
         groups = [self._metadata.row_group(g) for g in range(self._metadata.num_row_groups)]
         self._starts: list[int] = [0, *itertools.accumulate(int(group.num_rows) for group in groups)]
         self._sizes = [max(1, int(group.total_byte_size)) for group in groups]
-        self._held: OrderedDict[int, Any] = OrderedDict()  # row group -> its Arrow table
-        self._held_bytes, self.held_limit = 0, held_bytes
-        self._lock = threading.Lock()  # threads share the held row groups
+        self._id = new_shard_id()  # its row groups' key in the process's ledger
+        self._lock = threading.Lock()  # threads reading the shard read a row group once
 
     def __len__(self) -> int:
         return self._starts[-1]
@@ -93,17 +85,13 @@ class ParquetShard:
 
     def _group(self, group: int, index: int) -> dict[str, Any]:
         """Row group ``group``'s columns, read now unless held (the lock held)."""
-        held = self._held.get(group)
+        ledger = held_row_groups()
+        held = ledger.get((self._id, group))
         if held is not None:
-            self._held.move_to_end(group)
             return held  # type: ignore[no-any-return]  # the columns stored below
         table = self._read_group(group, index)
         columns = dict(zip(table.column_names, table.columns, strict=True))
-        while self._held and self._held_bytes + self._sizes[group] > self.held_limit:
-            dropped, _ = self._held.popitem(last=False)
-            self._held_bytes -= self._sizes[dropped]
-        self._held[group] = columns
-        self._held_bytes += self._sizes[group]
+        ledger.put((self._id, group), columns, self._sizes[group])
         return columns
 
     def _read_group(self, group: int, index: int) -> Any:
@@ -121,7 +109,6 @@ class ParquetShard:
         return table
 
     def close(self) -> None:
-        """Drop the held row groups."""
+        """Drop the row groups held of this shard."""
         with self._lock:
-            self._held.clear()
-            self._held_bytes = 0
+            held_row_groups().drop_shard(self._id)

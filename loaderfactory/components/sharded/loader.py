@@ -16,6 +16,7 @@ from typing import Any, Literal
 import torch
 
 from loaderfactory.components.data.stacked import default_collate
+from loaderfactory.components.order_state import ORDER_FIELD, check_order, shuffled_order
 from loaderfactory.components.seeding import agreed_seed
 from loaderfactory.components.sharded.arguments import check_sampling, check_workers, place
 from loaderfactory.components.sharded.passes import LoadStep, Pass, Pool
@@ -255,7 +256,12 @@ class ShardedDataLoader:
         steps delivered, the rollover it started with, the seed and the batching."""
         current = self._current_pass()
         running = (current.plan, current.position) if current is not None else None
-        return {**self._position.state(running), "seed": self.seed, **self._layout()}
+        return {
+            **self._position.state(running),
+            "seed": self.seed,
+            ORDER_FIELD: self._order(),
+            **self._layout(),
+        }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         """Resume from :meth:`state_dict` of any rank, at any world size: the next pass yields this
@@ -275,12 +281,23 @@ class ShardedDataLoader:
             layout.pop("world_size")
         check_matching(owner, state, layout)
         position = read_position(owner, state, self.planner, self._last_index())
+        check_order(owner, state, self._order(), position.start)
         seed = require_int(owner, state, "seed", low=None)
         if self.seed_given:
             check_matching(owner, state, {"seed": self.seed})
         self._close_pass()
         self.seed = self.planner.order.seed = seed
         self._position = position
+
+    def _order(self) -> str:
+        """The order a position counts in (:mod:`~loaderfactory.components.order_state`)."""
+        cached: str | None = self.__dict__.get("_order_cache")
+        if cached is None:
+            custom = self.planner.sampler is not None or self.planner.batch_sampler is not None
+            order = self.planner.order
+            cached = "sampler" if custom else shuffled_order(order.shuffle, order.dataset)
+            self._order_cache = cached
+        return cached
 
     def _layout(self) -> dict[str, Any]:
         """The batching that decides what a position means; a state saved under other values is refused."""
