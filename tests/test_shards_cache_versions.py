@@ -7,6 +7,8 @@ mid-epoch is a CacheError naming it.
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from typing import Any
 import pytest
 from counting_http_server import CountingRangeHandler, serving
 from s3_server import S3Server
-from shards_data import id_samples, tar_bytes, write_indexed_tar_shards
+from shards_data import id_samples, tar_bytes, write_indexed_tar_shards, write_tar_shards
 
 import loaderfactory
 from loaderfactory.shards import (
@@ -90,6 +92,47 @@ def test_a_shard_replaced_but_not_indexed_again_is_refused_naming_it(
     changed = rf"{urls[0]}: the store holds \d+ bytes \(etag:\w+\) where the index says \d+ \(etag:\w+\)"
     with pytest.raises(ShardChangedError, match=rf"{changed}; the shard changed .*: index it again"):
         _ids(config)
+
+
+def test_a_shard_replaced_after_the_listing_is_refused_not_checked_against_the_listing(
+    s3: S3Server, fsspec_io_thread: None, tmp_path: Path
+) -> None:
+    """A shard rewritten after the start listed the prefix (same size, another ETag): the check
+    before its fetch asks the store now, not the listing s3fs keeps, and refuses it."""
+    prefix = "versions/after-listing"
+    urls = _put_indexed(s3, prefix, 0, 0)
+    config = _config(s3.url(f"{prefix}/"), tmp_path / "cache", storage_options=s3.storage_options)
+    changed = rf"{urls[0]}: the store holds \d+ bytes \(etag:\w+\) where the index says \d+ \(etag:\w+\)"
+    with loaderfactory.build_loader(config) as loader:  # the prefix listed here
+        replaced = tar_bytes([{**sample, "txt": b""} for sample in id_samples(100, 5)])
+        Storage(s3.storage_options).write(urls[0], replaced)
+        with pytest.raises(ShardChangedError, match=changed):
+            [int(i) for batch in loader for i in batch["cls"]]
+
+
+def test_shards_copied_with_their_index_to_another_store_are_refused_saying_to_index_the_copy(
+    fsspec_io_thread: None, tmp_path: Path
+) -> None:
+    """Shards indexed over HTTP, then copied with their index to another folder (same bytes, other
+    modification times, as ``cp`` without ``-p`` or a mirror gives): the copy's tags cannot be
+    trusted to name the indexed version, so it is refused, the error saying it may be a copy and
+    that indexing it fixes that."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    paths = write_tar_shards(original, [5, 5])
+    with serving(original) as (base, _):
+        urls = [f"{base}/{Path(path).name}" for path in paths]
+        entries = build_index(urls, Storage(), progress=False)
+    local = [dataclasses.replace(info, url=path) for info, path in zip(entries, paths, strict=True)]
+    save_index(local, str(original / "loaderfactory-shards.json"), Storage())
+    shutil.copytree(original, copy, copy_function=shutil.copyfile)
+    for path in copy.glob("*.tar"):
+        later = path.stat().st_mtime + 3600  # Last-Modified counts seconds: an hour apart, for sure
+        os.utime(path, (later, later))
+    with serving(copy) as (base, _):
+        config = _config(f"{base}/train-{{000000..000001}}.tar", tmp_path / "cache")
+        copied = r"or was copied from another store.*index the copy \(run\.mode=index\)"
+        with pytest.raises(ShardChangedError, match=rf"{base}/train-000000.tar: .*changed since .*{copied}"):
+            _ids(config)
 
 
 class ShortBodyHandler(CountingRangeHandler):

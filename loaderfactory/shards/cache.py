@@ -120,15 +120,14 @@ class ShardCache:
                 "set cache.dir to a folder this user can create and write, or fix its permissions"
             ) from err
 
-    def expect(self, shards: Iterable[ShardInfo], check_reuse: bool = False) -> None:
+    def expect(self, shards: Iterable[ShardInfo], check_reuse: Iterable[str] = ()) -> None:
         """Take the size and version tag of each shard from its index entry: they name its cached
-        copy, and a fetch checks the store still holds that version. ``check_reuse``: a copy is
-        also reused only once the store holds its version (asked once per shard and process), for
-        an index that is not the data's own (the one :mod:`.index_cache` keeps)."""
-        shards = list(shards)
+        copy, and a fetch checks the store still holds that version. ``check_reuse``: the URLs
+        whose copies are also reused only once the store holds their version (asked once per shard
+        and process), those whose entries come from an index that is not the data's own (the one
+        :mod:`.index_cache` keeps) rather than from the store at this start."""
         self._expected.update((info.url, (info.bytes, info.version)) for info in shards)
-        if check_reuse:
-            self._unchecked.update(info.url for info in shards)
+        self._unchecked.update(check_reuse)
 
     def path_of(self, url: str) -> Path:
         """Where the version of the remote shard ``url`` that its index gives lives in the cache (for
@@ -311,5 +310,7 @@ class ShardCache:
 def _changed(url: str, found: tuple[int, str], expected: tuple[int, str]) -> ShardChangedError:
     return ShardChangedError(
         f"{url}: the store holds {found[0]} bytes ({found[1] or 'no version tag'}) where the index "
-        f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed"
+        f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed, "
+        "or was copied from another store (a bucket sync, a mirror, a copy: the copy's tags differ "
+        "even where its bytes do not, so index the copy (run.mode=index) to read it)"
     )

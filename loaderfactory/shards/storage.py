@@ -151,12 +151,18 @@ class Storage:
     def version(self, url: str) -> tuple[int, str]:
         """The size of the object at ``url`` and the store's tag of this version of it: its ETag, else
         its modification time (:func:`~loaderfactory.shards.object_version.version_of`); ``""`` for a
-        local file and a store that tells neither."""
+        local file and a store that tells neither. Asked of the store now: the listing fsspec keeps
+        (s3fs's answers ``info`` from it) is dropped for ``url`` first."""
         scheme, rest = split_scheme(url)
         if scheme == "file":
             return self.size(url), ""
         fs, path = self._remote(scheme, rest)
-        info = self._retry(url, lambda: self._call(fs, fs._info(path)))
+
+        def ask() -> dict[str, Any]:
+            fs.invalidate_cache(path)
+            return dict(self._call(fs, fs._info(path)))
+
+        info = self._retry(url, ask)
         if info.get("size") is None:
             raise StorageError(f"{url}: the server tells no size for it (no Content-Length on HEAD)")
         return int(info["size"]), version_of(info)
