@@ -127,6 +127,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.urls, self.shards, self.index_source, self._kept_index = found
         if self.cache is not None:
             self.cache.expect(self.shards, check_reuse=self._kept_index[1] if self._kept_index else ())
+            self.cache.evict_unversioned(info.url for info in self.shards)
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
