@@ -164,11 +164,11 @@ def test_an_interrupted_fetch_leaves_no_partial_file(
 
     real_range = Storage.read_range
 
-    def fail_second_range(self: Storage, target: str, start: int, end: int) -> bytes:
+    def fail_second_range(self: Storage, target: str, start: int, end: int, *rest: Any) -> bytes:
         calls["ranges"] += 1
         if calls["ranges"] == 2:
             raise StorageError(f"{target}: failed after 0 retries (connection reset)")
-        return real_range(self, target, start, end)
+        return real_range(self, target, start, end, *rest)
 
     monkeypatch.setattr(storage_module, "RANGE_BYTES", 1024)
     with monkeypatch.context() as patched:

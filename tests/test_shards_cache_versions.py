@@ -7,6 +7,10 @@ mid-epoch is a CacheError naming it.
 
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import hashlib
+import os
 import shutil
 from collections import Counter
 from collections.abc import Iterator
@@ -16,7 +20,7 @@ from typing import Any
 import pytest
 from counting_http_server import CountingRangeHandler, serving
 from s3_server import S3Server
-from shards_data import id_samples, tar_bytes, write_indexed_tar_shards
+from shards_data import id_samples, tar_bytes, write_indexed_tar_shards, write_tar_shards
 
 import loaderfactory
 from loaderfactory.shards import (
@@ -92,6 +96,74 @@ def test_a_shard_replaced_but_not_indexed_again_is_refused_naming_it(
         _ids(config)
 
 
+def test_a_shard_replaced_after_the_listing_is_refused_not_checked_against_the_listing(
+    s3: S3Server, fsspec_io_thread: None, tmp_path: Path
+) -> None:
+    """A shard rewritten after the start listed the prefix (same size, another ETag): the check
+    before its fetch asks the store now, not the listing s3fs keeps, and refuses it."""
+    prefix = "versions/after-listing"
+    urls = _put_indexed(s3, prefix, 0, 0)
+    config = _config(s3.url(f"{prefix}/"), tmp_path / "cache", storage_options=s3.storage_options)
+    changed = rf"{urls[0]}: the store holds \d+ bytes \(etag:\w+\) where the index says \d+ \(etag:\w+\)"
+    with loaderfactory.build_loader(config) as loader:  # the prefix listed here
+        replaced = tar_bytes([{**sample, "txt": b""} for sample in id_samples(100, 5)])
+        Storage(s3.storage_options).write(urls[0], replaced)
+        with pytest.raises(ShardChangedError, match=changed):
+            [int(i) for batch in loader for i in batch["cls"]]
+
+
+def test_shards_copied_with_their_index_to_another_store_are_refused_saying_to_index_the_copy(
+    fsspec_io_thread: None, tmp_path: Path
+) -> None:
+    """Shards indexed over HTTP, then copied with their index to another folder (same bytes, other
+    modification times, as ``cp`` without ``-p`` or a mirror gives): the copy's tags cannot be
+    trusted to name the indexed version, so it is refused, the error saying it may be a copy and
+    that indexing it fixes that."""
+    original, copy = tmp_path / "original", tmp_path / "copy"
+    paths = write_tar_shards(original, [5, 5])
+    with serving(original) as (base, _):
+        urls = [f"{base}/{Path(path).name}" for path in paths]
+        entries = build_index(urls, Storage(), progress=False)
+    local = [dataclasses.replace(info, url=path) for info, path in zip(entries, paths, strict=True)]
+    save_index(local, str(original / "loaderfactory-shards.json"), Storage())
+    shutil.copytree(original, copy, copy_function=shutil.copyfile)
+    for path in copy.glob("*.tar"):
+        later = path.stat().st_mtime + 3600  # Last-Modified counts seconds: an hour apart, for sure
+        os.utime(path, (later, later))
+    with serving(copy) as (base, _):
+        config = _config(f"{base}/train-{{000000..000001}}.tar", tmp_path / "cache")
+        copied = r"or was copied from another store.*index the copy \(run\.mode=index\)"
+        with pytest.raises(ShardChangedError, match=rf"{base}/train-000000.tar: .*changed since .*{copied}"):
+            _ids(config)
+
+
+def test_copies_named_by_their_url_alone_are_evicted_at_start_unless_held(
+    tmp_path: Path, fsspec_io_thread: None
+) -> None:
+    """Copies named as before version tags (``<16 hex digits of sha1(url)>.<name>``) are never
+    reused: the start evicts those of its shards that no process holds, with their lock files,
+    and leaves a held one and every other file alone."""
+    paths = write_indexed_tar_shards(tmp_path / "data", [5, 5])
+    cache_dir = tmp_path / "cache"
+    cache_dir.mkdir()
+    with serving(tmp_path / "data") as (base, _):
+        urls = [f"{base}/{Path(path).name}" for path in paths]
+        old = [cache_dir / f"{hashlib.sha1(url.encode()).hexdigest()[:16]}.{Path(url).name}" for url in urls]
+        for copy, path in zip(old, paths, strict=True):
+            shutil.copyfile(path, copy)
+            (cache_dir / f".{copy.name}.lock").touch()
+        other = cache_dir / "0123456789abcdef.train-000000.tar"  # of another URL: not this start's
+        shutil.copyfile(paths[0], other)
+        held = os.open(old[1], os.O_RDONLY)
+        try:
+            fcntl.flock(held, fcntl.LOCK_SH)  # open in a process of the earlier version
+            assert _ids(_config(f"{base}/train-{{000000..000001}}.tar", cache_dir)) == Counter(range(10))
+        finally:
+            os.close(held)
+    assert not old[0].exists() and not (cache_dir / f".{old[0].name}.lock").exists()
+    assert old[1].exists() and other.exists()
+
+
 class ShortBodyHandler(CountingRangeHandler):
     """Answers a range of a ``.tar`` with its first two thirds, Content-Length and Content-Range saying
     so (a well-formed but short answer, as a proxy may give), while ``state["short"]`` is true."""
@@ -141,6 +213,43 @@ def test_a_short_answer_is_never_cached_and_is_named_a_server_fault(
     assert [name for name in cache_dir.iterdir() if name.name.endswith(".tar")] == []
     state["short"] = False
     assert _ids(config) == Counter(range(9))
+
+
+class ReplacedOnGetHandler(CountingRangeHandler):
+    """While ``state["replaced"]``, GETs of a ``.tar`` answer from the same name in ``replacement``
+    (a larger object), HEADs still from the served folder: a shard replaced between the version
+    check before a fetch and the fetch itself."""
+
+    state: dict[str, bool]
+    replacement: Path
+
+    def translate_path(self, path: str) -> str:
+        served = super().translate_path(path)
+        if self.command == "GET" and self.state["replaced"] and served.endswith(".tar"):
+            return str(self.replacement / Path(served).name)
+        return served
+
+
+def test_a_shard_replaced_during_its_fetch_is_a_storage_error_and_never_cached(
+    tmp_path: Path, fsspec_io_thread: None
+) -> None:
+    """The ranged GET's ``Content-Range`` tells the object's whole size: one other than the size
+    the version check found fails the fetch naming the shard, and nothing is kept under its name."""
+    write_indexed_tar_shards(tmp_path / "data", [5, 5])
+    replacement = tmp_path / "replacement"
+    replacement.mkdir()
+    padded = [{**sample, "txt": b"x" * 600} for sample in id_samples(100, 5)]
+    (replacement / "train-000000.tar").write_bytes(tar_bytes(padded))
+    state = {"replaced": True}
+    cache_dir = tmp_path / "cache"
+    with serving(tmp_path / "data", ReplacedOnGetHandler, state=state, replacement=replacement) as (base, _):
+        config = _config(f"{base}/train-{{000000..000001}}.tar", cache_dir)
+        url = f"{base}/train-000000.tar"
+        with pytest.raises(StorageError, match=rf"{url}: .* \d+ bytes where \d+ .*changed during the fetch"):
+            _ids(config)
+        assert list(cache_dir.glob("*.train-000000.tar")) == []
+        state["replaced"] = False
+        assert _ids(config) == Counter(range(10))
 
 
 def _put(s3: S3Server, prefix: str, counts: list[int]) -> list[str]:

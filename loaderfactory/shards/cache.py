@@ -4,7 +4,9 @@ Each version of a remote shard becomes one file ``<16 hex digits>.<its name>`` i
 the digits those of sha1 of its URL, byte size and version tag (an ETag or modification time, as the
 index says, :meth:`ShardCache.expect`; else as the store says now), beside an empty lock file
 ``.<that name>.lock`` (deleted with it). A shard replaced in the store (another size or tag) thus has
-another name, and is fetched again; a file of an older name is never reused, only evicted. Processes
+another name, and is fetched again; a file of an older name is never reused, only evicted (and a
+copy named by the URL alone, as before version tags, at the start of a dataset of its shards:
+:meth:`ShardCache.evict_unversioned`). Processes
 coordinate with ``flock`` locks only:
 
 - fetch: take the shard's lock file exclusively; a shard already there (of the size expected) is
@@ -120,15 +122,30 @@ class ShardCache:
                 "set cache.dir to a folder this user can create and write, or fix its permissions"
             ) from err
 
-    def expect(self, shards: Iterable[ShardInfo], check_reuse: bool = False) -> None:
+    def expect(self, shards: Iterable[ShardInfo], check_reuse: Iterable[str] = ()) -> None:
         """Take the size and version tag of each shard from its index entry: they name its cached
-        copy, and a fetch checks the store still holds that version. ``check_reuse``: a copy is
-        also reused only once the store holds its version (asked once per shard and process), for
-        an index that is not the data's own (the one :mod:`.index_cache` keeps)."""
-        shards = list(shards)
+        copy, and a fetch checks the store still holds that version. ``check_reuse``: the URLs
+        whose copies are also reused only once the store holds their version (asked once per shard
+        and process), those whose entries come from an index that is not the data's own (the one
+        :mod:`.index_cache` keeps) rather than from the store at this start."""
         self._expected.update((info.url, (info.bytes, info.version)) for info in shards)
-        if check_reuse:
-            self._unchecked.update(info.url for info in shards)
+        self._unchecked.update(check_reuse)
+
+    def evict_unversioned(self, urls: Iterable[str]) -> None:
+        """Evict the copies of the remote shards ``urls`` named by their URL alone (``<16 hex digits
+        of sha1(url)>.<its name>``, as versions of loaderfactory before version tags named them),
+        which are never reused now, each unless a process holds or fetches it (:func:`evict`)."""
+        names = {self._path(url, None).name for url in urls if is_remote(url)}
+        try:
+            with os.scandir(self.dir) as entries:
+                found = [Path(entry.path) for entry in entries if entry.name in names]
+        except OSError as err:  # the folder gone: the fetches name it (CacheError)
+            log.warning("cache.dir %s: could not look for copies named the old way: %s", self.dir, err)
+            return
+        evicted = sum(evict(path) for path in found)
+        if evicted:
+            self._count("evicted", evicted)
+            log.info("cache.dir %s: evicted %d copies named the old way (by URL alone)", self.dir, evicted)
 
     def path_of(self, url: str) -> Path:
         """Where the version of the remote shard ``url`` that its index gives lives in the cache (for
@@ -156,8 +173,11 @@ class ShardCache:
                 raise _changed(url, asked, expected)
         return asked
 
-    def _path(self, url: str, size: int, version: str) -> Path:
-        digest = hashlib.sha1(f"{url}\n{size}\n{version}".encode()).hexdigest()[:16]
+    def _path(self, url: str, size: int | None, version: str = "") -> Path:
+        """The copy of ``url`` in ``size`` bytes and ``version``; None: the name of a copy that the
+        URL alone named (before version tags)."""
+        named = url if size is None else f"{url}\n{size}\n{version}"
+        digest = hashlib.sha1(named.encode()).hexdigest()[:16]
         return self.dir / f"{digest}.{url.rstrip('/').rsplit('/', 1)[-1]}"
 
     def check_fits(self, url: str, size: int) -> None:
@@ -311,5 +331,7 @@ class ShardCache:
 def _changed(url: str, found: tuple[int, str], expected: tuple[int, str]) -> ShardChangedError:
     return ShardChangedError(
         f"{url}: the store holds {found[0]} bytes ({found[1] or 'no version tag'}) where the index "
-        f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed"
+        f"says {expected[0]} ({expected[1] or 'no version tag'}); the shard changed since it was indexed, "
+        "or was copied from another store (a bucket sync, a mirror, a copy: the copy's tags differ "
+        "even where its bytes do not, so index the copy (run.mode=index) to read it)"
     )

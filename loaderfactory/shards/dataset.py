@@ -36,6 +36,9 @@ from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.urls import check_listing, expand_urls
 
 log = logging.getLogger(__name__)
+KeptIndex = tuple[str, frozenset[str]]
+"""The path of the index kept in ``cache_dir`` that a dataset's entries went through, and the URLs
+whose entries were read from it (not built at this start)."""
 
 
 class ShardsDataset(Dataset[dict[str, Any]]):
@@ -122,9 +125,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.shard_format, self.fetch = shard_format, fetch
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
         found = on_rank_zero(lambda: self._find(urls, index, cache_dir), "reading the shards index")
-        self.urls, self.shards, self.index_source = found
+        self.urls, self.shards, self.index_source, self._kept_index = found
         if self.cache is not None:
-            self.cache.expect(self.shards, self._index_is_cached())
+            self.cache.expect(self.shards, check_reuse=self._kept_index[1] if self._kept_index else ())
+            self.cache.evict_unversioned(info.url for info in self.shards)
         self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
         self.shuffle_window = shuffle_window
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
@@ -194,7 +198,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _find(
         self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None, cache_dir: str | None
-    ) -> tuple[list[str], list[ShardInfo], str]:
+    ) -> tuple[list[str], list[ShardInfo], str, KeptIndex | None]:
         self.urls = expand_urls(urls, self.storage)
         if not self.urls:
             raise FileNotFoundError(f"{urls!r}: matched no shards")
@@ -202,21 +206,26 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _index(
         self, index: str | Sequence[ShardInfo] | None, cache_dir: str | None, listing: str | Sequence[str]
-    ) -> tuple[list[ShardInfo], str]:
-        """The shards' entries and where they came from (:attr:`index_source`); ShardNotFoundError
-        for a shard an index lists under the folder, prefix or glob ``listing`` that is gone."""
+    ) -> tuple[list[ShardInfo], str, KeptIndex | None]:
+        """The shards' entries, where they came from (:attr:`index_source`) and, where they went
+        through the index kept in ``cache_dir``, its path and the URLs whose entries it gave;
+        ShardNotFoundError for a shard an index lists under the folder, prefix or glob ``listing``
+        that is gone."""
         if index is None:
             found = find_index(self.urls, self.storage, listing)
             if found is not None:
-                return found, index_url(self.urls)
+                return found, index_url(self.urls), None
             if cache_dir is not None and any(is_remote(url) for url in self.urls):
-                return index_through_cache(cache_dir, self.urls, self.storage, self._build_index, listing)
+                entries, source, saved = index_through_cache(
+                    cache_dir, self.urls, self.storage, self._build_index, listing
+                )
+                return entries, source, (str(cached_index_path(cache_dir, self.urls)), saved)
             log.info(
                 "no index at %s: reading %d shard(s) once to count samples",
                 index_url(self.urls),
                 len(self.urls),
             )
-            return self._build_index(self.urls), "built"
+            return self._build_index(self.urls), "built", None
         entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
         known = {info.url: info for info in entries}
         check_listing(listing, self.urls, list(known), index if isinstance(index, str) else "(given)")
@@ -226,7 +235,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 f"index {index if isinstance(index, str) else '(given)'} lists no {absent[0]!r}"
                 f" ({len(absent)} shard(s) missing); index the shards again"
             )
-        return [known[url] for url in self.urls], index if isinstance(index, str) else "given"
+        return [known[url] for url in self.urls], index if isinstance(index, str) else "given", None
 
     def _build_index(self, urls: Sequence[str]) -> list[ShardInfo]:
         return build_index(urls, self.storage, self.progress, forced=self.shard_format)
@@ -307,18 +316,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             self._predownload(position)
         return opened
 
-    def _index_is_cached(self) -> bool:
-        """Whether the index came from ``cache_dir`` (:mod:`.index_cache`), not from the data."""
-        return self.cache is not None and self.index_source == str(
-            cached_index_path(self.cache.dir, self.urls)
-        )
-
     def _index_again(self, url: str) -> str:
         """What to do about an index that no longer matches the shard ``url``; an index kept in the
         cache forgets the shard now, so that the next start indexes it anew."""
-        if self._index_is_cached():
-            forget(self.index_source, url, self.storage)
-            return f"the cached index {self.index_source} forgot it: run again to index it anew"
+        if self._kept_index is not None:
+            forget(self._kept_index[0], url, self.storage)
+            return f"the cached index {self._kept_index[0]} forgot it: run again to index it anew"
         return "index it again"
 
     def _must_fetch(self, number: int) -> bool:

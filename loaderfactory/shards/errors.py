@@ -46,3 +46,12 @@ def in_sample(err: Exception, where: str) -> Exception:
     if isinstance(err, OSError) and err.filename is not None:
         return type(err)(err.errno, f"{err.strerror}; {where}", err.filename)
     return type(err)(f"{err}; {where}")
+
+
+def changed_during_fetch(url: str, told: int, expected: int) -> StorageError:
+    """The error of a fetch whose answer says the object at ``url`` has ``told`` bytes where the
+    store said ``expected`` just before: it was replaced between the two requests."""
+    return StorageError(
+        f"{url}: the answer says the object has {told} bytes where {expected} were expected; it "
+        "changed during the fetch, and nothing was cached: run again once it is no longer being written"
+    )

@@ -9,21 +9,31 @@ shard. Here a 200 answer is read from its start and the bytes asked for are take
 
 from __future__ import annotations
 
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
+
+from loaderfactory.shards.errors import changed_during_fetch
 
 CHUNK_BYTES = 1 << 20
 """Bytes read from a whole-object answer at a time, up to the end of the range."""
 
 
 def read_range(
-    fs: Any, url: str, start: int, end: int, rest_too: bool, ignored: Callable[[str], None]
+    fs: Any,
+    url: str,
+    start: int,
+    end: int,
+    rest_too: bool,
+    ignored: Callable[[str], None],
+    size: int | None = None,
 ) -> Callable[[], Coroutine[Any, Any, bytes]]:
     """A maker of coroutines (one per attempt) giving bytes ``[start, end)`` of ``url``, fewer where it
     ends before ``end``; with ``rest_too``, a server's whole-object answer gives everything after
     ``start``. ``ignored(url)`` is called when the server sent the whole object.
 
-    Raises FileNotFoundError (404) or aiohttp's ClientResponseError (another failing status).
+    Raises FileNotFoundError (404), aiohttp's ClientResponseError (another failing status), or
+    StorageError where ``size`` (the object's size expected) is not the one the answer's headers
+    tell (the object changed since its size was asked).
     """
 
     async def attempt() -> bytes:
@@ -34,6 +44,9 @@ def read_range(
             if response.status == 404:
                 raise FileNotFoundError(url)
             response.raise_for_status()
+            told = object_size(response.status, response.headers)
+            if size is not None and told is not None and told != size:
+                raise changed_during_fetch(url, told, size)
             if response.status == 206:
                 return bytes(await response.read())
             ignored(url)  # 200: the whole object, from its first byte
@@ -48,3 +61,15 @@ def read_range(
             return bytes(body[start:end])
 
     return attempt
+
+
+def object_size(status: int, headers: Mapping[str, str]) -> int | None:
+    """The whole object's size an answer's headers tell: a 206's ``Content-Range: bytes a-b/TOTAL``,
+    a 200's ``Content-Length``; None where they tell none (``/*``, an encoded or chunked body)."""
+    if status == 206:
+        total = (headers.get("Content-Range") or "").rpartition("/")[2].strip()
+        return int(total) if total.isdigit() else None
+    length = headers.get("Content-Length")
+    if status == 200 and length is not None and length.isdigit() and not headers.get("Content-Encoding"):
+        return int(length)
+    return None

@@ -43,11 +43,13 @@ def index_through_cache(
     storage: Storage,
     build: Callable[[Sequence[str]], list[ShardInfo]],
     listing: str | Sequence[str] = (),
-) -> tuple[list[ShardInfo], str]:
+) -> tuple[list[ShardInfo], str, frozenset[str]]:
     """The entries of ``urls`` from the index saved in ``cache_dir``, ``build`` making those it lacks
-    (then saved with the rest); with where they came from: the saved file's path, or ``"built"``.
-    ``listing``: what ``urls`` were listed from; a saved shard it stands for that they lack is
-    ShardNotFoundError (:func:`.urls.check_listing`)."""
+    (then saved with the rest); with where they came from (the saved file's path, or ``"built"``
+    when any was built) and the URLs whose entries were read from the saved file, whose cached
+    copies are reused only once the store agrees (:meth:`.ShardCache.expect`). ``listing``: what
+    ``urls`` were listed from; a saved shard it stands for that they lack is ShardNotFoundError
+    (:func:`.urls.check_listing`)."""
     path = cached_index_path(cache_dir, urls)
     known: dict[str, ShardInfo] = {}
     try:
@@ -58,9 +60,10 @@ def index_through_cache(
         log.warning("ignoring the cached index: %s", err)
     check_listing(listing, urls, list(known), str(path), f"delete {path} to index them again without it")
     absent = [url for url in urls if url not in known]
+    saved = frozenset(urls) - frozenset(absent)
     if not absent:
         log.info("shards index read from the cache: %s", path)
-        return [known[url] for url in urls], str(path)
+        return [known[url] for url in urls], str(path), saved
     log.info(
         "no index at %s: reading %d shard(s) once to count samples (saved to %s for the next start)",
         index_url(urls),
@@ -69,7 +72,7 @@ def index_through_cache(
     )
     known.update((info.url, info) for info in build(absent))
     save_index(list(known.values()), str(path), storage)
-    return [known[url] for url in urls], "built"
+    return [known[url] for url in urls], "built", saved
 
 
 def forget(path: str | Path, url: str, storage: Storage) -> None:

@@ -23,6 +23,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any, BinaryIO
 
+from loaderfactory.shards import http_range
 from loaderfactory.shards.cancel import stopping
 
 PIECE_BYTES = 8 << 20
@@ -35,6 +36,14 @@ _PLAIN = {
     "config_kwargs": {"retries", "connect_timeout", "read_timeout", "signature_version", "s3"},
 }
 """Settings that change only how s3fs signs and addresses a GET, which a presigned URL carries."""
+
+
+class SizeChanged(Exception):
+    """The answer tells an object size other than the one expected (``told``): it was replaced."""
+
+    def __init__(self, told: int) -> None:
+        super().__init__(f"the answer tells an object of {told} bytes")
+        self.told = told
 
 
 class SignedUrlRefused(Exception):
@@ -53,12 +62,20 @@ def plain_s3_settings(options: Mapping[str, Any]) -> bool:
 
 
 def get_into(
-    signed_url: str, start: int, end: int, out: BinaryIO, cancel: threading.Event | None, timeout_s: float
+    signed_url: str,
+    start: int,
+    end: int,
+    out: BinaryIO,
+    cancel: threading.Event | None,
+    timeout_s: float,
+    size: int | None = None,
 ) -> None:
     """Write bytes ``[start, end)`` of the object at ``signed_url`` to ``out``.
 
-    Raises FileNotFoundError (404), SignedUrlRefused (a 3xx, a 4xx other than 404, 408, 416 and
-    429, or a range asked for and the whole object sent), InterruptedError (``cancel`` set: a
+    Raises SizeChanged where the answer tells a size other than ``size`` (the object's size
+    expected, if given; before writing anything of it), FileNotFoundError (404), SignedUrlRefused
+    (a 3xx, a 4xx other than 404, 408, 416 and 429, or a range asked for and the whole object
+    sent), InterruptedError (``cancel`` set: a
     :class:`~loaderfactory.shards.cancel.Cancel` shuts the connection down at once, whatever the
     request waits for; a plain Event is seen between pieces), or the HTTP or connection error as it
     came (a 5xx, a reset, a timeout, a body ending early); what was written before the error stays
@@ -67,7 +84,7 @@ def get_into(
     connection = _Connection()
     with stopping(cancel, connection.shut):
         try:
-            _get_into(signed_url, start, end, out, cancel, timeout_s, connection)
+            _get_into(signed_url, start, end, out, cancel, timeout_s, connection, size)
         except (OSError, http.client.HTTPException) as err:
             if cancel is not None and cancel.is_set():
                 raise InterruptedError("fetch into the cache cancelled") from err
@@ -82,6 +99,7 @@ def _get_into(
     cancel: threading.Event | None,
     timeout_s: float,
     connection: _Connection,
+    size: int | None,
 ) -> None:
     request = urllib.request.Request(signed_url, headers={"Range": f"bytes={start}-{end - 1}"})
     opener = urllib.request.build_opener(
@@ -99,6 +117,9 @@ def _get_into(
     with response:
         if response.status != 206 and start > 0:
             raise SignedUrlRefused(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
+        told = http_range.object_size(response.status, response.headers)
+        if size is not None and told is not None and told != size:
+            raise SizeChanged(told)
         buffer = memoryview(bytearray(min(PIECE_BYTES, end - start)))
         position = start
         while position < end:

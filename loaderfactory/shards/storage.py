@@ -26,7 +26,7 @@ from typing import Any, BinaryIO, TypeVar
 
 from loaderfactory.shards import cancel as cancelling
 from loaderfactory.shards import fork_loops, http_range, signed_get  # noqa: F401  # fork_loops: at-fork hooks
-from loaderfactory.shards.errors import ShardNotFoundError, StorageError
+from loaderfactory.shards.errors import ShardNotFoundError, StorageError, changed_during_fetch
 from loaderfactory.shards.object_version import version_of
 from loaderfactory.shards.stats import NoStats
 
@@ -151,12 +151,18 @@ class Storage:
     def version(self, url: str) -> tuple[int, str]:
         """The size of the object at ``url`` and the store's tag of this version of it: its ETag, else
         its modification time (:func:`~loaderfactory.shards.object_version.version_of`); ``""`` for a
-        local file and a store that tells neither."""
+        local file and a store that tells neither. Asked of the store now: the listing fsspec keeps
+        (s3fs's answers ``info`` from it) is dropped for ``url`` first."""
         scheme, rest = split_scheme(url)
         if scheme == "file":
             return self.size(url), ""
         fs, path = self._remote(scheme, rest)
-        info = self._retry(url, lambda: self._call(fs, fs._info(path)))
+
+        def ask() -> dict[str, Any]:
+            fs.invalidate_cache(path)
+            return dict(self._call(fs, fs._info(path)))
+
+        info = self._retry(url, ask)
         if info.get("size") is None:
             raise StorageError(f"{url}: the server tells no size for it (no Content-Length on HEAD)")
         return int(info["size"]), version_of(info)
@@ -176,8 +182,10 @@ class Storage:
         self.stats.add("bytes_remote", len(data))
         return data
 
-    def read_range(self, url: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of the object at ``url`` (fewer where the object ends before ``end``)."""
+    def read_range(self, url: str, start: int, end: int, size: int | None = None) -> bytes:
+        """Bytes ``[start, end)`` of the object at ``url`` (fewer where the object ends before ``end``).
+        ``size``: the object's size expected; an ``http(s)://`` answer telling another is StorageError
+        (:func:`.http_range.read_range`)."""
         if end <= start:
             return b""
         scheme, rest = split_scheme(url)
@@ -190,17 +198,19 @@ class Storage:
                 raise missing(url) from err
             self.stats.add("bytes_local", len(data))
             return data
-        data = self._remote_range(url, start, end)[: end - start]
+        data = self._remote_range(url, start, end, size=size)[: end - start]
         self.stats.add("bytes_remote", len(data))
         return data
 
-    def _remote_range(self, url: str, start: int, end: int, rest_too: bool = False) -> bytes:
+    def _remote_range(
+        self, url: str, start: int, end: int, rest_too: bool = False, size: int | None = None
+    ) -> bytes:
         """Bytes ``[start, end)`` of a remote object, retried; with ``rest_too``, from a server that
         ignores ``Range`` (``http(s)://``) the rest of its object after ``start`` as well."""
         scheme, rest = split_scheme(url)
         fs, path = self._remote(scheme, rest)
         if scheme in ("http", "https"):
-            read = http_range.read_range(fs, path, start, end, rest_too, self._range_ignored)
+            read = http_range.read_range(fs, path, start, end, rest_too, self._range_ignored, size)
             return bytes(self._retry(url, lambda: self._call(fs, read())))
         return bytes(self._retry(url, lambda: self._call(fs, fs._cat_file(path, start=start, end=end))))
 
@@ -243,7 +253,10 @@ class Storage:
 
             def attempt() -> None:
                 signed = fs.sign(path, expiration=signed_get.SIGNED_FOR_S)
-                signed_get.get_into(signed, out.tell() - begin, size, out, cancel, timeout_s)
+                try:
+                    signed_get.get_into(signed, out.tell() - begin, size, out, cancel, timeout_s, size)
+                except signed_get.SizeChanged as changed:
+                    raise changed_during_fetch(url, changed.told, size) from changed
 
             try:
                 self._retry(url, attempt)
@@ -258,10 +271,10 @@ class Storage:
                 raise InterruptedError(f"{url}: fetch into the cache cancelled")
             end = min(size, position + RANGE_BYTES)
             if _host(url) in self._ignoring_hosts:  # it sends whole objects: take the rest from one
-                data = self._remote_range(url, position, end, rest_too=True)
+                data = self._remote_range(url, position, end, rest_too=True, size=size)
                 self.stats.add("bytes_remote", len(data))
             else:
-                data = self.read_range(url, position, end)
+                data = self.read_range(url, position, end, size)
             if not data:
                 raise short_answer(url, position, size)
             if position + len(data) > size:
@@ -401,7 +414,7 @@ def _s3_options(settings: Mapping[str, Any]) -> dict[str, Any]:
 def _transient(url: str, err: Exception) -> BaseException:
     """The failure behind ``err`` that a retry may fix; raises at once for the others (a missing
     object, a refused permission, a bad argument), naming ``url``."""
-    if isinstance(err, (InterruptedError, signed_get.SignedUrlRefused)):  # cancelled; s3fs's turn
+    if isinstance(err, (InterruptedError, signed_get.SignedUrlRefused, StorageError)):  # final as it is
         raise err
     status = _http_status(err)
     if status is not None:
