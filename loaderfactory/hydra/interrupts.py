@@ -1,7 +1,7 @@
 """Ctrl-C in the command: one ``KeyboardInterrupt``, raised where it cannot be lost or leave a lock held.
 
-Python raises ``KeyboardInterrupt`` at whatever line the main thread is running. Three places there
-turned a Ctrl-C as the first workers start into a hang or a traceback:
+Python raises ``KeyboardInterrupt`` at whatever line the main thread is running. Four places there
+turned a Ctrl-C into a hang or a traceback:
 
 - inside logging's module lock (taken, then ``try:``): the lock stayed held, and the next
   ``logging.getLogger`` on another thread (torch's DataLoader, importing its profiler to draw the
@@ -10,19 +10,27 @@ turned a Ctrl-C as the first workers start into a hang or a traceback:
   on as if nothing was pressed;
 - while a pass's worker processes start (torch's ``_MultiProcessingDataLoaderIter.__init__``, and
   the steps :mod:`~loaderfactory.components.workers.uninterruptible` marks): the half-made
-  iterator's ``__del__`` printed an ``AttributeError`` traceback.
+  iterator's ``__del__`` printed an ``AttributeError`` traceback;
+- inside a ``close()``: the rest of it was skipped, and a download pool left unclosed ran its whole
+  queue as the process exited.
 
-There the handler raises nothing and asks again a moment later (:data:`RETRY_S`), by sending this
-process SIGINT from a timer thread, until the main thread is somewhere else.
+There the handler raises nothing and looks again a moment later (:data:`RETRY_S`), by sending the
+main thread SIGINT from a timer thread, until the main thread is somewhere else; a step that may
+wait on others (the workers' tasks in flight, a fetch hung on a server) is held :data:`HOLD_S` at
+most, then interrupted anyway. A real Ctrl-C while one is held is the second one: it stops the
+command at once. The timer says which SIGINT is its own, so presses are never taken for retries
+(a press that lands in the very instant of a retry is merged with it, as two presses are).
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import sys
 import threading
+import time
 from typing import TYPE_CHECKING
 
 from loaderfactory.hydra.exits import INTERRUPTED_EXIT
@@ -31,27 +39,43 @@ if TYPE_CHECKING:
     from types import FrameType
 
 RETRY_S = 0.02
-"""How soon an interrupt that arrived in one of those places is raised again."""
+"""How soon a held interrupt is looked at again."""
+HOLD_S = 2.0
+"""The longest a Ctrl-C is held for a step that may wait on others (starting a pass's workers)."""
 _NOT_HERE = (("torch/utils/data/dataloader.py", "__init__"),)
-"""(file ending, function) where a ``KeyboardInterrupt`` is not raised, besides any ``__del__``."""
+"""(file ending, function) where a ``KeyboardInterrupt`` is held like a marked step's."""
 
 
 def interrupt_once() -> None:
     """Install the command's SIGINT handler (main thread): the first Ctrl-C raises
     ``KeyboardInterrupt`` where it is safe (see the module); a second one, while the first is
-    being handled (workers closing, the partial report being written), ends the process at once
-    with one line and status 130, rather than a second traceback from wherever it lands."""
+    held or being handled (workers closing, the partial report being written), ends the process
+    at once with one line and status 130, rather than a second traceback from wherever it lands."""
     if sys.platform == "win32" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return  # a background job started with Ctrl-C ignored keeps it so
     command = os.getpid()
+    main = threading.main_thread().ident
+    held_since: list[float] = []  # when the press being held came
+    retry_sent = threading.Event()  # set by the timer just before it sends its SIGINT
+
+    def retry() -> None:
+        retry_sent.set()
+        with contextlib.suppress(OSError):  # the process is ending
+            signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]  # the main thread has an ident
 
     def first(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != command:  # a forked worker, which inherits this handler: torch's to stop
             raise KeyboardInterrupt
-        if not safe_to_raise(frame):
-            retry = threading.Timer(RETRY_S, os.kill, (command, signal.SIGINT))
-            retry.daemon = True
-            retry.start()
+        is_retry = retry_sent.is_set()
+        retry_sent.clear()
+        if held_since and not is_retry:
+            again(signum, frame)
+        if not held_since:
+            held_since.append(time.monotonic())
+        if time.monotonic() - held_since[0] < hold_for(frame):
+            timer = threading.Timer(RETRY_S, retry)
+            timer.daemon = True
+            timer.start()
             return
         signal.signal(signal.SIGINT, again)
         raise KeyboardInterrupt
@@ -66,21 +90,26 @@ def interrupt_once() -> None:
     signal.signal(signal.SIGINT, first)
 
 
-def safe_to_raise(frame: FrameType | None) -> bool:
-    """Whether a ``KeyboardInterrupt`` raised in ``frame`` (the main thread's) reaches the command
-    and leaves logging's lock free."""
+def hold_for(frame: FrameType | None) -> float:
+    """How long a Ctrl-C is held with the main thread at ``frame``: 0 where a ``KeyboardInterrupt``
+    raised there reaches the command and leaves logging's lock free; forever where raising would
+    hang or be lost (logging's lock, a ``__del__``) or cut a step bounded by itself (a close)."""
     logging = sys.modules.get("logging")
     lock = getattr(logging, "_lock", None)
     if lock is not None and lock._is_owned():
-        return False
+        return math.inf
     steps = sys.modules.get("loaderfactory.components.workers.uninterruptible")
-    if steps is not None and steps.inside(frame):
-        return False
+    hold = None
+    if steps is not None:  # imported with the workers: none can run before
+        hold = steps.held_in(frame)
+        if hold is steps.Hold.TO_ITS_END:
+            return math.inf
+    held = 0.0 if hold is None else HOLD_S
     while frame is not None:
         code = frame.f_code
         if code.co_name == "__del__":
-            return False
+            return math.inf
         if any(code.co_filename.endswith(path) and code.co_name == name for path, name in _NOT_HERE):
-            return False
+            held = HOLD_S
         frame = frame.f_back
-    return True
+    return held
