@@ -16,10 +16,11 @@ turned a Ctrl-C into a hang or a traceback:
 
 There the handler raises nothing and looks again a moment later (:data:`RETRY_S`), by sending the
 main thread SIGINT from a timer thread, until the main thread is somewhere else; a step that may
-wait on others (the workers' tasks in flight, a fetch hung on a server) is held :data:`HOLD_S` at
-most, then interrupted anyway. A real Ctrl-C while one is held is the second one: it stops the
-command at once. The timer says which SIGINT is its own, so presses are never taken for retries
-(a press that lands in the very instant of a retry is merged with it, as two presses are).
+wait on others (a new pass of persistent workers waits for their tasks in flight, one of them
+maybe a fetch hung on a server) is held :data:`HOLD_S` at most, then interrupted anyway. A real
+Ctrl-C while one is held is the second one: it stops the command at once. The timer says which
+SIGINT is its own, so presses are never taken for retries (a press that lands in the very instant
+of a retry is merged with it, as two presses are).
 """
 
 from __future__ import annotations
@@ -42,8 +43,9 @@ RETRY_S = 0.02
 """How soon a held interrupt is looked at again."""
 HOLD_S = 2.0
 """The longest a Ctrl-C is held for a step that may wait on others (starting a pass's workers)."""
-_NOT_HERE = (("torch/utils/data/dataloader.py", "__init__"),)
-"""(file ending, function) where a ``KeyboardInterrupt`` is held like a marked step's."""
+_TO_ITS_END = (("torch/utils/data/dataloader.py", "__init__"),)
+"""(file ending, function) held to its end: a pass's iterator being made forks its workers and
+hands them their first indices, waiting for none of their tasks."""
 
 
 def interrupt_once() -> None:
@@ -93,7 +95,8 @@ def interrupt_once() -> None:
 def hold_for(frame: FrameType | None) -> float:
     """How long a Ctrl-C is held with the main thread at ``frame``: 0 where a ``KeyboardInterrupt``
     raised there reaches the command and leaves logging's lock free; forever where raising would
-    hang or be lost (logging's lock, a ``__del__``) or cut a step bounded by itself (a close)."""
+    hang or be lost (logging's lock, a ``__del__``) or cut a step bounded by itself (a close, a
+    pass's iterator being made); :data:`HOLD_S` in a step that may wait on others."""
     logging = sys.modules.get("logging")
     lock = getattr(logging, "_lock", None)
     if lock is not None and lock._is_owned():
@@ -109,7 +112,7 @@ def hold_for(frame: FrameType | None) -> float:
         code = frame.f_code
         if code.co_name == "__del__":
             return math.inf
-        if any(code.co_filename.endswith(path) and code.co_name == name for path, name in _NOT_HERE):
-            held = HOLD_S
+        if any(code.co_filename.endswith(path) and code.co_name == name for path, name in _TO_ITS_END):
+            return math.inf
         frame = frame.f_back
     return held
