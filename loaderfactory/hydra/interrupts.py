@@ -48,6 +48,12 @@ _TO_ITS_END = (("torch/utils/data/dataloader.py", "__init__"),)
 hands them their first indices, waiting for none of their tasks."""
 
 
+_held_since: list[float] = []
+"""When the press being held came (empty: none is)."""
+_command: list[int] = []
+"""The command's process id (a forked worker inherits the handlers)."""
+
+
 def interrupt_once() -> None:
     """Install the command's SIGINT handler (main thread): the first Ctrl-C raises
     ``KeyboardInterrupt`` where it is safe (see the module); a second one, while the first is
@@ -55,9 +61,8 @@ def interrupt_once() -> None:
     at once with one line and status 130, rather than a second traceback from wherever it lands."""
     if sys.platform == "win32" or signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         return  # a background job started with Ctrl-C ignored keeps it so
-    command = os.getpid()
+    _command[:] = [os.getpid()]
     main = threading.main_thread().ident
-    held_since: list[float] = []  # when the press being held came
     retry_sent = threading.Event()  # set by the timer just before it sends its SIGINT
 
     def retry() -> None:
@@ -66,30 +71,43 @@ def interrupt_once() -> None:
             signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]  # the main thread has an ident
 
     def first(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != command:  # a forked worker, which inherits this handler: torch's to stop
+        if os.getpid() != _command[0]:  # a forked worker, which inherits this handler: torch's to stop
             raise KeyboardInterrupt
         is_retry = retry_sent.is_set()
         retry_sent.clear()
-        if held_since and not is_retry:
-            again(signum, frame)
-        if not held_since:
-            held_since.append(time.monotonic())
-        if time.monotonic() - held_since[0] < hold_for(frame):
+        if _held_since and not is_retry:
+            _again(signum, frame)
+        if not _held_since:
+            _held_since.append(time.monotonic())
+        if time.monotonic() - _held_since[0] < hold_for(frame):
             timer = threading.Timer(RETRY_S, retry)
             timer.daemon = True
             timer.start()
             return
-        signal.signal(signal.SIGINT, again)
-        raise KeyboardInterrupt
-
-    def again(signum: int, frame: FrameType | None) -> None:
-        if os.getpid() != command:
-            raise KeyboardInterrupt
-        with contextlib.suppress(OSError):
-            os.write(2, b"loaderfactory: interrupted again: stopped at once, without a report\n")
-        os._exit(INTERRUPTED_EXIT)
+        _raise()
 
     signal.signal(signal.SIGINT, first)
+
+
+def raise_held() -> None:
+    """Raise the Ctrl-C still held as the command's work ends (it came during the last close), so
+    that the command ends as interrupted, not as if nothing was pressed."""
+    if _held_since:
+        _raise()
+
+
+def _raise() -> None:
+    _held_since.clear()
+    signal.signal(signal.SIGINT, _again)
+    raise KeyboardInterrupt
+
+
+def _again(signum: int, frame: FrameType | None) -> None:
+    if os.getpid() != _command[0]:
+        raise KeyboardInterrupt
+    with contextlib.suppress(OSError):
+        os.write(2, b"loaderfactory: interrupted again: stopped at once, without a report\n")
+    os._exit(INTERRUPTED_EXIT)
 
 
 def hold_for(frame: FrameType | None) -> float:
