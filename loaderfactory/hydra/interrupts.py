@@ -42,7 +42,8 @@ if TYPE_CHECKING:
 RETRY_S = 0.02
 """How soon a held interrupt is looked at again."""
 HOLD_S = 2.0
-"""The longest a Ctrl-C is held for a step that may wait on others (starting a pass's workers)."""
+"""The longest a Ctrl-C is held for a step that may wait on others (a new pass waiting for the
+persistent workers' tasks in flight)."""
 _TO_ITS_END = (("torch/utils/data/dataloader.py", "__init__"),)
 """(file ending, function) held to its end: a pass's iterator being made forks its workers and
 hands them their first indices, waiting for none of their tasks."""
