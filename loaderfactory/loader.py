@@ -12,6 +12,7 @@ from loaderfactory.components.data.batch_utils import batch_length
 from loaderfactory.components.data.sources import is_map_style
 from loaderfactory.components.state import ReadsAhead, Snapshots, require_int, require_keys
 from loaderfactory.components.workers.lifecycle import close_component, stopping_together
+from loaderfactory.components.workers.uninterruptible import runs_to_its_end
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeError
 from loaderfactory.loader_state import (
     Chain,
@@ -289,23 +290,34 @@ class Loader:
                 exclude[name] = free
         return self.spec.model_dump(mode="json", exclude=exclude)
 
+    @runs_to_its_end
     def close(self) -> None:
         """Stop every thread and process the components own, last stage first; safe to call twice.
 
         Bounded: all stages share one grace (see :mod:`loaderfactory.components.workers.lifecycle`).
+        A stage whose close raises (Ctrl-C landing in it included) does not keep the stages before
+        it open: they are closed, then the first error is raised. The command holds Ctrl-C until
+        close returns (:mod:`~loaderfactory.components.workers.uninterruptible`).
         """
         if self._closed:
             return
         self._closed = True
+        first_error: BaseException | None = None
         # One grace for every stage: a prefetch thread waiting on the loader's workers is released
         # when they stop, instead of being waited for first (see workers.lifecycle).
         with stopping_together():
             for component in reversed(list(self._components.values())):
-                close_component(component)
+                try:
+                    close_component(component)
+                except BaseException as error:  # noqa: BLE001  # raised once the rest are closed
+                    first_error = first_error or error
+        if first_error is not None:
+            raise first_error
 
     def __enter__(self) -> Loader:
         return self
 
+    @runs_to_its_end
     def __exit__(self, *exc: object) -> None:
         # With an exception on its way out, nothing is waited for: the error comes first.
         with stopping_together(wait=exc[0] is None):

@@ -31,7 +31,7 @@ from loaderfactory.hydra.exits import (
     quiet_exit,
     stdout_closed,
 )
-from loaderfactory.hydra.interrupts import interrupt_once
+from loaderfactory.hydra.interrupts import interrupt_once, raise_held
 
 _APP_NAMES = frozenset({"run_app", "kinds_help", "summary_lines", "worker_error_message", "Job"})
 """The app's names that code importing them from here (as before the entry point was split off) finds."""
@@ -45,6 +45,7 @@ def main() -> None:
         from loaderfactory.hydra.app import run_command
 
         run_command()
+        raise_held()  # a Ctrl-C that came as the command's last close ran
     except Interrupted as stop:
         quiet_exit()
         print(

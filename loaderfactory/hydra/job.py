@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from loaderfactory.components.workers.uninterruptible import runs_to_its_end
 from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.errors import BuildInterrupted, ConfigError, ConfigProblem
 from loaderfactory.hydra.exits import Interrupted
@@ -150,9 +151,7 @@ def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:
     except PackError as err:
         raise ConfigError(ConfigProblem("dataset", str(err))) from err
     finally:
-        close = getattr(dataset, "close", None)
-        if callable(close):
-            close()
+        _close(dataset)
     say(str(result))
     return {
         "shards": len(result.shards),
@@ -161,6 +160,15 @@ def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:
         "seconds": result.seconds,
         "index": result.index,
     }
+
+
+@runs_to_its_end
+def _close(component: object) -> None:
+    """``component.close()``, where it has one; the command's Ctrl-C waits for its end (a close cut
+    short leaves a download pool to run its whole queue as the process exits)."""
+    close = getattr(component, "close", None)
+    if callable(close):
+        close()
 
 
 def _memory_figures(memory: Any) -> dict[str, Any]:
