@@ -23,6 +23,20 @@ PROGRESS = re.compile(rb"\|\s*[1-9]\d*/100000 ")
 """tqdm's progress once at least one batch is drawn: ``  0%|   | 12/100000 [...]``."""
 
 
+def start_command(command: list[str], folder: Path) -> subprocess.Popen[bytes]:
+    """``command`` started in ``folder`` with this checkout importable, its output piped and SIGINT
+    handled as in a terminal (a shell without job control starts background jobs with it ignored)."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.Popen(
+        command,
+        cwd=folder,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 def _wait_for_progress(process: subprocess.Popen[bytes], timeout: float = 90.0) -> bytes:
     """stderr until tqdm shows a batch drawn; fails past ``timeout`` or if the process ends first."""
     assert process.stderr is not None
@@ -59,16 +73,7 @@ def test_ctrl_c_writes_a_partial_report_and_exits_130(tmp_path: Path) -> None:
         "run.plots=false",
         f"hydra.run.dir={run_dir}",
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        # A shell without job control starts background jobs with SIGINT ignored; Ctrl-C is not.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    process = start_command(command, tmp_path)
     try:
         before = _wait_for_progress(process)
         workers = [child.pid for child in psutil.Process(process.pid).children(recursive=True)]
@@ -134,15 +139,7 @@ def test_ctrl_c_at_any_moment_ends_in_one_line_and_130(tmp_path: Path, moment: s
         "run.plots=false",
         f"hydra.run.dir={run_dir}",
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    process = start_command(command, tmp_path)
     pid = process.pid
 
     def ready() -> bool:
