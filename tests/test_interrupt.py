@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import selectors
 import signal
 import subprocess
 import sys
@@ -17,39 +16,17 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.command_process import read_until, start_command
 from tests.test_cli import ROOT
 
 PROGRESS = re.compile(rb"\|\s*[1-9]\d*/100000 ")
 """tqdm's progress once at least one batch is drawn: ``  0%|   | 12/100000 [...]``."""
 
 
-def start_command(command: list[str], folder: Path) -> subprocess.Popen[bytes]:
-    """``command`` started in ``folder`` with this checkout importable, its output piped and SIGINT
-    handled as in a terminal (a shell without job control starts background jobs with it ignored)."""
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
-        command,
-        cwd=folder,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
-
-
 def _wait_for_progress(process: subprocess.Popen[bytes], timeout: float = 90.0) -> bytes:
     """stderr until tqdm shows a batch drawn; fails past ``timeout`` or if the process ends first."""
     assert process.stderr is not None
-    seen, deadline = b"", time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stderr, selectors.EVENT_READ)
-        while not PROGRESS.search(seen):
-            left = deadline - time.monotonic()
-            assert left > 0 and selector.select(left), f"no progress in {timeout} s: {seen[-2000:]!r}"
-            chunk = os.read(process.stderr.fileno(), 65536)
-            assert chunk, f"the command ended before its first batch: {seen[-2000:]!r}"
-            seen += chunk
-    return seen
+    return read_until(process.stderr.fileno(), PROGRESS.search, "progress", timeout)
 
 
 def _gone(pid: int) -> bool:

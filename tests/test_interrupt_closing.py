@@ -4,21 +4,17 @@
 from __future__ import annotations
 
 import json
-import os
 import re
-import selectors
 import signal
-import subprocess
 import sys
 import textwrap
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from loaderfactory import Loader
-from tests.test_cli import ROOT
+from tests.command_process import finish, read_until, start_command
 
 FETCHING = '''
 import sys
@@ -51,19 +47,6 @@ class Fetching:
 '''
 
 
-def _read_until(stream: int, marker: bytes, timeout: float = 90.0) -> bytes:
-    seen, deadline = b"", time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(stream, selectors.EVENT_READ)
-        while marker not in seen:
-            left = deadline - time.monotonic()
-            assert left > 0 and selector.select(left), f"no {marker!r} in {timeout} s: {seen[-3000:]!r}"
-            chunk = os.read(stream, 65536)
-            assert chunk, f"the command ended first: {seen[-3000:]!r}"
-            seen += chunk
-    return seen
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["run", "pack"])
 def test_ctrl_c_while_the_dataset_closes_lets_the_close_finish(tmp_path: Path, mode: str) -> None:
@@ -87,23 +70,14 @@ def test_ctrl_c_while_the_dataset_closes_lets_the_close_finish(tmp_path: Path, m
         "run.progress=false",
         f"hydra.run.dir={run_dir}",
     ]
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    process = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    process = start_command(command, tmp_path, stdin=True)
     assert process.stdin is not None and process.stderr is not None
     try:
-        before = _read_until(process.stderr.fileno(), b"closing")
+        before = read_until(process.stderr.fileno(), lambda seen: b"closing" in seen, "closing", 90.0)
         process.send_signal(signal.SIGINT)
         process.stdin.write(b"go on\n")
         process.stdin.flush()
-        _, err = process.communicate(timeout=20)
+        _, err = finish(process, timeout=20)
     finally:
         if process.poll() is None:
             process.kill()

@@ -4,8 +4,6 @@ script whose persistent workers begin a pass while a fetch of theirs hangs)."""
 
 from __future__ import annotations
 
-import os
-import selectors
 import signal
 import subprocess
 import sys
@@ -14,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli import ROOT
+from tests.command_process import finish, read_until, start_command
 from tests.test_fault_injection import allowance
 
 HELD_PASS = """
@@ -76,38 +74,17 @@ fetches hangs, begin a new pass: torch waits for the hung fetch inside a step th
 def _start(folder: Path, hold: str) -> subprocess.Popen[bytes]:
     script = folder / "held_pass.py"
     script.write_text(HELD_PASS)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    return subprocess.Popen(
-        [sys.executable, str(script), hold],
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    return start_command([sys.executable, str(script), hold])
 
 
 def _read_until(process: subprocess.Popen[bytes], marker: bytes, timeout: float = 60.0) -> bytes:
     """stdout until ``marker``; fails past ``timeout`` or if the process ends first."""
     assert process.stdout is not None
-    seen, deadline = b"", time.monotonic() + timeout
-    with selectors.DefaultSelector() as selector:
-        selector.register(process.stdout, selectors.EVENT_READ)
-        while marker not in seen:
-            left = deadline - time.monotonic()
-            assert left > 0 and selector.select(left), f"no {marker!r} in {timeout} s: {seen!r}"
-            chunk = os.read(process.stdout.fileno(), 65536)
-            assert chunk, f"the script ended first: {seen!r} {process.communicate()[1].decode()[-3000:]}"
-            seen += chunk
-    return seen
+    return read_until(process.stdout.fileno(), lambda seen: marker in seen, repr(marker), timeout)
 
 
 def _finish(process: subprocess.Popen[bytes], timeout: float) -> tuple[str, str]:
-    try:
-        out, err = process.communicate(timeout=timeout)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+    out, err = finish(process, timeout)
     return out.decode(), err.decode()
 
 
