@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import _multiprocessing  # type: ignore[import-not-found]  # no stubs: SemLock._rebuild below
 import contextlib
+import select
 from multiprocessing.reduction import ForkingPickler
 from typing import Any, Literal, NamedTuple
 
@@ -208,5 +209,21 @@ def _post(iterator: Any, message: Any, pickled: bytes | memoryview) -> None:
         return
     results = iterator._worker_result_queue
     with contextlib.suppress(OSError, ValueError):  # a closed pipe: nobody waits on it any more
+        if not _room_in(results._writer, POST_WAIT_S):
+            return  # a full pipe nobody reads: no thread waits on it (one would be reading it)
         results._sem.acquire(False)  # as put() does: get() gives it back
         results._writer.send_bytes(pickled)
+
+
+POST_WAIT_S = 0.5
+"""How long a post waits for room in the result pipe, which workers may have filled with batches
+nobody is left to read (the consumer itself closing the loader)."""
+
+
+def _room_in(writer: Any, timeout: float) -> bool:
+    """Whether the pipe behind ``writer`` takes a small message without blocking, waiting at most
+    ``timeout`` seconds for a reader to make room. A pipe polls writable with a page free, and a
+    write of at most ``select.PIPE_BUF`` bytes is whole (the posts are a few dozen bytes)."""
+    poller = select.poll()
+    poller.register(writer.fileno(), select.POLLOUT)
+    return bool(poller.poll(timeout * 1000))
