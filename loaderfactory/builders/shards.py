@@ -13,7 +13,7 @@ import numpy as np
 from loaderfactory.builders import BuildContext
 from loaderfactory.config.registry import CONTRACT_LENGTH
 from loaderfactory.config.specs.shards import REMOTE_EXTRA, ShardsDatasetSpec
-from loaderfactory.errors import ConfigError, ConfigProblem
+from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
 from loaderfactory.shards import (
     ShardInfo,
     ShardsDataset,
@@ -23,7 +23,9 @@ from loaderfactory.shards import (
     index_url,
     save_index,
 )
-from loaderfactory.shards.errors import CacheError, CacheLimitError, StorageError
+from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardError, StorageError
+from loaderfactory.shards.index import read_index
+from loaderfactory.shards.item_layout import ItemLayout
 
 
 def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext) -> ShardsDataset:
@@ -38,6 +40,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             spec.urls,
             index=spec.index,
             keys=spec.keys,
+            fields=spec.fields,
+            metadata=spec.metadata,
             decode=spec.decode,
             storage_options=spec.storage_options,
             retries=spec.retries,
@@ -58,6 +62,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
         raise ConfigError(ConfigProblem("dataset.cache.dir", str(err))) from err
     except CacheLimitError as err:
         raise ConfigError(ConfigProblem("dataset.cache.limit", str(err))) from err
+    except ArgumentError as err:  # metadata or keys that the packed items' layout cannot give
+        raise ConfigError(ConfigProblem(f"dataset.{err.argument}", str(err))) from err
     except (ValueError, StorageError) as err:  # a brace pattern, a stale index, storage that keeps failing
         raise ConfigError(ConfigProblem("dataset", str(err))) from err
 
@@ -65,8 +71,10 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
 def index_shards(spec: ShardsDatasetSpec, progress: bool = True) -> tuple[str, list[ShardInfo]]:
     """``run.mode=index``: read every shard once (a progress bar on stderr) and write their index.
 
-    Written to ``spec.index``, else ``loaderfactory-shards.json`` in the shards' folder. Returns
-    where it was written and the shards it lists.
+    Written to ``spec.index``, else ``loaderfactory-shards.json`` in the shards' folder. The items'
+    layout an index already there records (shards written by ``pack``, indexed again where they
+    were copied) is kept, so the items still read back as packed. Returns where it was written
+    and the shards it lists.
     """
     storage = Storage(spec.storage_options, spec.retries)
     try:
@@ -75,8 +83,16 @@ def index_shards(spec: ShardsDatasetSpec, progress: bool = True) -> tuple[str, l
         raise ConfigError(ConfigProblem("dataset.urls", str(err))) from err
     shards = build_index(urls, storage, progress=progress, forced=spec.format)
     where = spec.index or index_url(urls)
-    save_index(shards, where, storage)
+    save_index(shards, where, storage, _recorded_items(where, storage))
     return where, shards
+
+
+def _recorded_items(url: str, storage: Storage) -> ItemLayout | None:
+    """The items' layout the index at ``url`` records; None without one (or without an index)."""
+    try:
+        return read_index(url, storage).items
+    except (FileNotFoundError, ShardError):
+        return None
 
 
 def _member(archive: tarfile.TarFile, name: str, data: bytes) -> None:

@@ -3,7 +3,8 @@
 torch's map-style fetcher calls ``dataset.__getitems__(indices)`` for a batch when it exists (in the
 main process and in workers). The result is exactly ``[dataset[i] for i in indices]``: a run is
 located, its shard opened and predownload advanced once, and a tar run is one read spanning its
-samples. A shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
+samples. Each sample becomes what ``dataset[i]`` gives (the item as packed, or the raw sample) by
+the dataset's :class:`~loaderfactory.shards.item_layout.SampleShape`: a rename of its fields. A shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
 (without opening it again, and so without its retries again), and storage that still fails after
 the retries raises its error naming the run's samples. Anything else that fails in a run is read
 again sample by sample, so the error raised is the one ``dataset[i]`` raises, naming the shard's
@@ -56,7 +57,7 @@ def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
     return runs
 
 
-def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str, Any]]:
+def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[Any]:
     """``[dataset[i] for i in indices]``, each run of consecutive samples of a shard read at once;
     fixed-size ``.npy`` fields of local tar shards straight into batch tensors (``StackedItems``)."""
     runs = batch_runs(dataset._ends, indices)
@@ -64,7 +65,7 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str,
         stacked = _read_stacked(dataset, indices, runs)
         if stacked is not None:
             return stacked
-    out: list[dict[str, Any]] = []
+    out: list[Any] = []
     for first, stop, shard, local in runs:
         run = indices[first:stop]
         if shard < 0 or stop - first == 1:
@@ -74,11 +75,12 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str,
     return out
 
 
-def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run]) -> StackedItems | None:
+def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run]) -> list[Any] | None:
     """The batch with the ``.npy`` fields of its first sample that fit (:mod:`.tar_stacked`) read
     into one tensor each; None where a run is not in a local tar shard or does not fit them."""
     targets: dict[str, Target] = {}
-    out: list[dict[str, Any]] = []
+    out: list[Any] = []
+    shape = dataset.shape
     for first, stop, shard, local in runs:
         opened = _open_run(dataset, indices[first:stop], shard, local)
         tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
@@ -94,14 +96,15 @@ def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run
             return None
         if samples is None:
             return None
-        url, keys = dataset.shards[shard].url, dataset.keys
-        for sample in samples:
-            if keys and any(key not in sample for key in keys):
-                return None
-            sample["__url__"] = url
-        out.extend(samples)
+        url = dataset.shards[shard].url
+        items = [shape(sample, url) for sample in samples]
+        if shape.keys and any(shape.absent(item) for item in items):
+            return None
+        out.extend(items)
     dataset.counters.add("samples", len(out))
-    return StackedItems(out, {field: target.tensor for field, target in targets.items()})
+    if not shape.keyed:  # tuple, list or single-value items: collated as usual, their rows stacked again
+        return out
+    return StackedItems(out, {shape.key_of(field): target.tensor for field, target in targets.items()})
 
 
 def _targets(layouts: dict[str, NpyLayout], count: int) -> dict[str, Target]:
@@ -124,7 +127,7 @@ def _open_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err
 
 
-def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[dict[str, Any]]:
+def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[Any]:
     """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
     url = dataset.shards[shard].url
     opened = _open_run(dataset, run, shard, local)
@@ -144,10 +147,9 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         raise in_sample(err, where) from err
     except Exception:  # noqa: BLE001 - read again one by one: dataset[i] raises, naming the sample
         return [dataset[index] for index in run]
-    keys = dataset.keys
-    for sample in samples:
-        if keys and any(key not in sample for key in keys):
-            return [dataset[index] for index in run]  # raises the ShardError naming the missing field
-        sample["__url__"] = url
-    dataset.counters.add("samples", len(samples))
-    return samples
+    shape = dataset.shape
+    items = [shape(sample, url) for sample in samples]
+    if shape.keys and any(shape.absent(item) for item in items):
+        return [dataset[index] for index in run]  # raises the ShardError naming the missing field
+    dataset.counters.add("samples", len(items))
+    return items

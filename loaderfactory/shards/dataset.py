@@ -20,8 +20,9 @@ from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
 from loaderfactory.shards.decode import Decode
 from loaderfactory.shards.errors import READ_ERRORS, ShardChangedError, ShardError, in_sample
-from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
+from loaderfactory.shards.index import ShardInfo, build_index, find_shard_index, index_url, read_index
 from loaderfactory.shards.index_cache import cached_index_path, forget, index_through_cache
+from loaderfactory.shards.item_layout import ItemLayout, SampleShape
 from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.order import window_order
 from loaderfactory.shards.parquet_format import ParquetShard
@@ -46,7 +47,11 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     Sample ``i`` is found by a bisect over the shards' cumulative sample counts; its shard is opened
     on first use (tar headers or the Parquet footer only) and kept among the ``open_shards`` most
-    recently used. A sample is a dict of its decoded fields plus ``__key__`` and ``__url__``.
+    recently used. Shards written by ``pack`` give back each item as it was packed (a dict with its
+    keys, a tuple, a list or the single value; numpy arrays come back as tensors), their index
+    recording how (:mod:`.item_layout`); other shards, or ``fields="raw"``, give the webdataset
+    sample: a dict of its decoded fields by stored name (``image.npy``) plus ``__key__`` and
+    ``__url__``.
     Picklable: worker processes get no open shards and open their own. Under an initialised
     ``torch.distributed`` group only rank 0 lists the shards and reads (or builds) the index, and
     broadcasts them to the other ranks.
@@ -56,7 +61,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             (see :func:`loaderfactory.shards.urls.expand_urls`).
         index: the index's URL, or its entries; None: ``loaderfactory-shards.json`` beside the shards,
             else the shards are indexed now (each read once; logged).
-        keys: fields every sample must have; a sample without one raises ShardError naming it.
+        keys: what every sample must have: the item's keys (dict items of packed shards), else
+            stored field names (``image.npy``); a sample without one raises ShardError naming it.
+        fields: ``"item"``: packed shards give back their items as packed (others read raw);
+            ``"raw"``: every shard gives stored field names plus ``__key__`` and ``__url__``.
+        metadata: add ``__key__`` and ``__url__`` to the dict items of packed shards (raw samples
+            always have them); refused (ArgumentError) for tuple, list and single-value items.
         decode: True (every known extension), False (bytes), or the extensions to decode.
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
@@ -105,6 +115,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         *,
         index: str | Sequence[ShardInfo] | None = None,
         keys: Collection[str] = (),
+        fields: str = "item",
+        metadata: bool = False,
         decode: Decode = True,
         storage_options: dict[str, Any] | None = None,
         retries: int = 3,
@@ -125,7 +137,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         self.shard_format, self.fetch = shard_format, fetch
         self.cache = None if cache_dir is None else ShardCache(cache_dir, cache_limit, self.storage)
         found = on_rank_zero(lambda: self._find(urls, index, cache_dir), "reading the shards index")
-        self.urls, self.shards, self.index_source, self._kept_index = found
+        self.urls, self.shards, self.index_source, self._kept_index, self.items = found
+        self.shape = SampleShape(self.items, fields, metadata, keys)
         if self.cache is not None:
             self.cache.expect(self.shards, check_reuse=self._kept_index[1] if self._kept_index else ())
             self.cache.evict_unversioned(info.url for info in self.shards)
@@ -198,7 +211,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _find(
         self, urls: str | Sequence[str], index: str | Sequence[ShardInfo] | None, cache_dir: str | None
-    ) -> tuple[list[str], list[ShardInfo], str, KeptIndex | None]:
+    ) -> tuple[list[str], list[ShardInfo], str, KeptIndex | None, ItemLayout | None]:
         self.urls = expand_urls(urls, self.storage)
         if not self.urls:
             raise FileNotFoundError(f"{urls!r}: matched no shards")
@@ -206,27 +219,33 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
     def _index(
         self, index: str | Sequence[ShardInfo] | None, cache_dir: str | None, listing: str | Sequence[str]
-    ) -> tuple[list[ShardInfo], str, KeptIndex | None]:
-        """The shards' entries, where they came from (:attr:`index_source`) and, where they went
-        through the index kept in ``cache_dir``, its path and the URLs whose entries it gave;
+    ) -> tuple[list[ShardInfo], str, KeptIndex | None, ItemLayout | None]:
+        """The shards' entries, where they came from (:attr:`index_source`), where they went
+        through the index kept in ``cache_dir`` its path and the URLs whose entries it gave, and
+        the items' layout the index records (written by ``pack``);
         ShardNotFoundError for a shard an index lists under the folder, prefix or glob ``listing``
         that is gone."""
         if index is None:
-            found = find_index(self.urls, self.storage, listing)
+            found = find_shard_index(self.urls, self.storage, listing)
             if found is not None:
-                return found, index_url(self.urls), None
+                return found.shards, index_url(self.urls), None, found.items
             if cache_dir is not None and any(is_remote(url) for url in self.urls):
                 entries, source, saved = index_through_cache(
                     cache_dir, self.urls, self.storage, self._build_index, listing
                 )
-                return entries, source, (str(cached_index_path(cache_dir, self.urls)), saved)
+                return entries, source, (str(cached_index_path(cache_dir, self.urls)), saved), None
             log.info(
                 "no index at %s: reading %d shard(s) once to count samples",
                 index_url(self.urls),
                 len(self.urls),
             )
-            return self._build_index(self.urls), "built", None
-        entries = load_index(index, self.storage) if isinstance(index, str) else list(index)
+            return self._build_index(self.urls), "built", None, None
+        items = None
+        if isinstance(index, str):
+            read = read_index(index, self.storage)
+            entries, items = read.shards, read.items
+        else:
+            entries = list(index)
         known = {info.url: info for info in entries}
         check_listing(listing, self.urls, list(known), index if isinstance(index, str) else "(given)")
         absent = [url for url in self.urls if url not in known]
@@ -235,7 +254,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
                 f"index {index if isinstance(index, str) else '(given)'} lists no {absent[0]!r}"
                 f" ({len(absent)} shard(s) missing); index the shards again"
             )
-        return [known[url] for url in self.urls], index if isinstance(index, str) else "given", None
+        source = index if isinstance(index, str) else "given"
+        return [known[url] for url in self.urls], source, None, items
 
     def _build_index(self, urls: Sequence[str]) -> list[ShardInfo]:
         return build_index(urls, self.storage, self.progress, forced=self.shard_format)
@@ -271,7 +291,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         shard = bisect.bisect_right(self._ends, index)
         return shard, index - (self._ends[shard - 1] if shard else 0)
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
+    def __getitem__(self, index: int) -> Any:
         position = index if index >= 0 else index + len(self)
         shard, local = self.locate(position)
         url = self.shards[shard].url
@@ -279,17 +299,18 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             sample = self._opened(shard, position).sample(local)
         except READ_ERRORS as err:  # a server gone after the retries, a truncated or corrupt shard
             raise in_sample(err, f"while reading sample #{local} of the shard (#{position} overall)") from err
-        absent = [key for key in self.keys if key not in sample]
+        key = sample["__key__"]
+        item = self.shape(sample, url)
+        absent = self.shape.absent(item)
         if absent:
             raise ShardError(
-                f"{url}: sample {sample['__key__']!r} (#{local} in the shard, #{index} overall) has no "
-                f"{', '.join(map(repr, absent))}; it has {sorted(k for k in sample if k[:2] != '__')}"
+                f"{url}: sample {key!r} (#{local} in the shard, #{index} overall) has no "
+                f"{', '.join(map(repr, absent))}; it has {self.shape.present(item)}"
             )
-        sample["__url__"] = url
         self.counters.add("samples")
-        return sample
+        return item
 
-    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
+    def __getitems__(self, indices: Sequence[int]) -> list[Any]:
         """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`)."""
         return read_batch(self, indices)
 

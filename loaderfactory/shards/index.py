@@ -11,6 +11,16 @@ Shard URLs under that folder are stored relative to it, so the folder can move. 
 ``version`` (optional) is what the store said identifies the object when it was indexed (an ETag or
 a modification time, :mod:`.object_version`); absent for local files. With ``bytes`` it names the
 shard's cached copy, so a shard replaced since is fetched again, never read from an older copy.
+
+``items`` (optional) is written by ``pack``: how each item was laid out as fields, so the reader
+gives the items back as they were packed (:mod:`.item_layout`)::
+
+    "items": {"type": "dict", "fields": {"image": "image.npy", "label": "label.cls"}}
+    "items": {"type": "tuple", "fields": ["0.npy", "1.cls"]}     (also "list"; "value": one field)
+
+An index without it (shards written elsewhere, or by an older ``pack``) reads as before: each
+sample's stored fields (``image.npy``) plus ``__key__`` and ``__url__``. Readers that predate the
+record ignore it.
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ from typing import Any
 
 from loaderfactory.progress import ProgressBar
 from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.item_layout import ItemLayout, layout_from_json
 from loaderfactory.shards.parquet_format import count_parquet_rows
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.tar_format import scan_tar
@@ -90,11 +101,25 @@ def _common_prefix(urls: Sequence[str]) -> str:
     return first[:size]
 
 
-def save_index(shards: Sequence[ShardInfo], url: str, storage: Storage) -> None:
-    """Write the index of ``shards`` to ``url`` (shards under its folder stored relative to it)."""
+@dataclass(frozen=True)
+class ShardIndex:
+    """An index as read: its shards, and the items' layout when ``pack`` wrote it."""
+
+    shards: list[ShardInfo]
+    items: ItemLayout | None = None
+
+
+def save_index(
+    shards: Sequence[ShardInfo], url: str, storage: Storage, items: ItemLayout | None = None
+) -> None:
+    """Write the index of ``shards`` to ``url`` (shards under its folder stored relative to it),
+    with the items' layout when given (``pack`` gives it)."""
     folder = url[: url.rfind("/") + 1]
     entries = [_entry_of(s, folder) for s in shards]
-    storage.write(url, json.dumps({"format": INDEX_FORMAT, "shards": entries}, indent=1).encode())
+    data: dict[str, Any] = {"format": INDEX_FORMAT, "shards": entries}
+    if items is not None:
+        data["items"] = items.to_json()
+    storage.write(url, json.dumps(data, indent=1).encode())
 
 
 def _entry_of(shard: ShardInfo, folder: str) -> dict[str, Any]:
@@ -110,6 +135,12 @@ def _relative(url: str, folder: str) -> str:
 
 def load_index(url: str, storage: Storage) -> list[ShardInfo]:
     """Read and check the index at ``url``; ShardError naming the file and the entry that is wrong."""
+    return read_index(url, storage).shards
+
+
+def read_index(url: str, storage: Storage) -> ShardIndex:
+    """The index at ``url``, its items' layout included; ShardError naming the file and the entry
+    that is wrong."""
     try:
         data = json.loads(storage.read(url))
     except json.JSONDecodeError as err:
@@ -121,7 +152,13 @@ def load_index(url: str, storage: Storage) -> list[ShardInfo]:
     entries = data.get("shards")
     if not isinstance(entries, list):
         raise ShardError(f"{url}: 'shards' must be a list of shard entries")
-    return [_entry(entry, number, url, folder) for number, entry in enumerate(entries)]
+    shards = [_entry(entry, number, url, folder) for number, entry in enumerate(entries)]
+    if data.get("items") is None:
+        return ShardIndex(shards)
+    try:
+        return ShardIndex(shards, layout_from_json(data["items"], url))
+    except ValueError as err:
+        raise ShardError(f"{err}; write the shards again with pack") from err
 
 
 def _entry(entry: Any, number: int, url: str, folder: str) -> ShardInfo:
@@ -149,13 +186,22 @@ def find_index(
     ``listing``: what ``urls`` were listed from (a folder, prefix or glob); a shard of the index that
     it stands for but ``urls`` lack is ShardNotFoundError (see :func:`.urls.check_listing`).
     """
+    found = find_shard_index(urls, storage, listing)
+    return None if found is None else found.shards
+
+
+def find_shard_index(
+    urls: Sequence[str], storage: Storage, listing: str | Sequence[str] = ()
+) -> ShardIndex | None:
+    """:func:`find_index`, with the items' layout the index records."""
     where = index_url(urls)
     try:
-        known = {info.url: info for info in load_index(where, storage)}
+        index = read_index(where, storage)
     except FileNotFoundError:
         return None
+    known = {info.url: info for info in index.shards}
     check_listing(listing, urls, list(known), where)
     if any(url not in known for url in urls):
         log.info("%s does not list every shard asked for; indexing them again", where)
         return None
-    return [known[url] for url in urls]
+    return ShardIndex([known[url] for url in urls], index.items)

@@ -6,7 +6,8 @@ Items are read (and their fields encoded, see :mod:`loaderfactory.shards.pack_en
 ``shard-000000.tar`` (or ``.parquet``), and writes ``loaderfactory-shards.json`` beside them last.
 Each shard is built in memory (one shard of memory) and written whole through :class:`Storage`: a
 local file under a temporary name then renamed, an S3 object in one upload (visible once complete);
-so a failing item leaves no partial shard, and no index.
+so a failing item leaves no partial shard, and no index. The index records the items' layout
+(:mod:`loaderfactory.shards.item_layout`), so the reader gives each item back as it was packed.
 """
 
 from __future__ import annotations
@@ -23,12 +24,16 @@ from loaderfactory.components.workers.torch_internals import finish_shutdown
 from loaderfactory.errors import ArgumentError
 from loaderfactory.progress import ProgressBar
 from loaderfactory.shards.index import INDEX_NAME, ShardInfo, save_index
+from loaderfactory.shards.item_layout import ItemLayout, LayoutRecorder, item_type
 from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
 from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.urls import is_shard
 
 SHARD_PREFIX = "shard-"
+Encoded = tuple[int, str, Fields]
+"""An item as the workers hand it over: its number, its type (:func:`.item_layout.item_type`) and
+its encoded fields."""
 
 
 @dataclass(frozen=True)
@@ -69,7 +74,8 @@ def pack(
 
     Args:
         dataset: a map-style dataset (``len`` and ``[i]``) or an iterable of items; item ``i``
-            becomes the sample with ``__key__`` ``i`` zero-padded (``000042``).
+            becomes the sample with ``__key__`` ``i`` zero-padded (``000042``). Every item is a
+            dict, or every item a tuple, a list or a single value: the reader gives each back so.
         out: a local folder, ``file://`` or ``s3://bucket/prefix`` (``gs://`` too); it must hold
             no shards yet.
         shard_size: the most bytes per shard, an int or a size string (``"256MiB"``).
@@ -80,7 +86,8 @@ def pack(
 
     Raises:
         ArgumentError: a bad argument, named (``out`` already holding shards, say).
-        PackError: an item that cannot be stored, naming the item and its field.
+        PackError: an item that cannot be stored, naming the item and its field; an item of
+            another type than the first (a tuple among dicts).
     """
     limit = shard_limit(shard_size)
     if format not in BUILDERS:
@@ -95,11 +102,11 @@ def pack(
     width = max(6, len(str(total - 1))) if total else 9
     with ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
         try:
-            shards = _write_shards(items, format, limit, width, storage, folder, bar)
+            shards, layout = _write_shards(items, format, limit, width, storage, folder, bar)
         finally:
             items.close()
     index = f"{folder}{INDEX_NAME}"
-    save_index(shards, index, storage)
+    save_index(shards, index, storage, layout)
     return PackResult(index, shards, time.perf_counter() - start)
 
 
@@ -136,19 +143,25 @@ def _refuse_written(storage: Storage, folder: str) -> None:
 
 
 def _write_shards(
-    items: Iterator[tuple[int, Fields]],
+    items: Iterator[Encoded],
     fmt: str,
     limit: int,
     width: int,
     storage: Storage,
     folder: str,
     bar: Any,
-) -> list[ShardInfo]:
-    """Cut the items into shards of at most ``limit`` bytes, writing each as it fills."""
+) -> tuple[list[ShardInfo], ItemLayout | None]:
+    """Cut the items into shards of at most ``limit`` bytes, writing each as it fills; the shards
+    and the items' layout."""
     shards: list[ShardInfo] = []
     builder: ShardBuilder = BUILDERS[fmt]()
     first: tuple[int, list[str]] | None = None
-    for index, fields in items:
+    recorder = LayoutRecorder()
+    for index, kind, fields in items:
+        try:
+            recorder.add(index, kind, fields)
+        except ValueError as err:
+            raise PackError(str(err)) from err
         if builder.same_fields:
             first = first or (index, list(fields))
             _check_same_fields(first, index, fields)
@@ -159,7 +172,7 @@ def _write_shards(
         bar.update()
     while builder.samples:
         builder = _flush(builder, fmt, limit, storage, folder, shards)
-    return shards
+    return shards, recorder.layout()
 
 
 def _check_same_fields(first: tuple[int, list[str]], index: int, fields: Fields) -> None:
@@ -184,8 +197,9 @@ def _flush(
     return fresh
 
 
-class _EncodedItems(Dataset[tuple[int, Fields]]):
-    """``(i, fields of item i)``: the dataset read and encoded where it is read (in the workers)."""
+class _EncodedItems(Dataset[Encoded]):
+    """``(i, type of item i, its fields)``: the dataset read and encoded where it is read (in the
+    workers)."""
 
     def __init__(self, dataset: Any) -> None:
         self.dataset = dataset
@@ -193,16 +207,20 @@ class _EncodedItems(Dataset[tuple[int, Fields]]):
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> tuple[int, Fields]:
-        return index, _encode(self.dataset, index)
+    def __getitem__(self, index: int) -> Encoded:
+        return _encode(self.dataset, index)
 
 
-def _encode(dataset: Any, index: int) -> Fields:
+def _encode(dataset: Any, index: int) -> Encoded:
     try:
         item = dataset[index]
     except Exception as err:
         raise PackError(f"item {index}: the dataset raised {type(err).__name__}: {err}") from err
-    return item_fields(item, index)
+    return _encoded(item, index)
+
+
+def _encoded(item: Any, index: int) -> Encoded:
+    return index, item_type(item), item_fields(item, index)
 
 
 def _keep(sample: Any) -> Any:
@@ -213,13 +231,13 @@ def _keep(sample: Any) -> Any:
 class _Items:
     """The encoded items in order, and a ``close`` that stops the workers even on an error."""
 
-    def __init__(self, iterator: Iterator[tuple[int, Fields]], workers: Any = None) -> None:
+    def __init__(self, iterator: Iterator[Encoded], workers: Any = None) -> None:
         self._iterator, self._workers = iterator, workers
 
-    def __iter__(self) -> Iterator[tuple[int, Fields]]:
+    def __iter__(self) -> Iterator[Encoded]:
         return self._iterator
 
-    def __next__(self) -> tuple[int, Fields]:
+    def __next__(self) -> Encoded:
         return next(self._iterator)
 
     def close(self) -> None:
@@ -229,12 +247,12 @@ class _Items:
 
 
 def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
-    """The number of items (None when unknown) and the ``(index, fields)`` pairs, in order."""
+    """The number of items (None when unknown) and the encoded items, in order."""
     map_style = not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__")
     if map_style and hasattr(dataset, "__len__"):
         total = len(dataset)
         if num_workers == 0:
-            return total, _Items((i, _encode(dataset, i)) for i in range(total))
+            return total, _Items(_encode(dataset, i) for i in range(total))
         loader = DataLoader(
             _EncodedItems(dataset), batch_size=None, num_workers=num_workers, collate_fn=_keep
         )
@@ -250,4 +268,4 @@ def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
             "num_workers must be 0 for an iterable dataset, which this process reads (workers would "
             "each read all of it); or give a map-style dataset (len() and [i])",
         )
-    return None, _Items((i, item_fields(item, i)) for i, item in enumerate(dataset))
+    return None, _Items(_encoded(item, i) for i, item in enumerate(dataset))

@@ -64,7 +64,8 @@ class ShardsDatasetSpec(Spec):
     saved by ``run.mode=index``, else built on the fly): ``len()`` is exact, every queue/loader kind
     works over it, and ``shuffle: true`` follows its own order (shards permuted per epoch, samples
     mixed within ``shuffle_window`` shards). ``urls``, ``index`` and ``storage_options`` may change on
-    resume (the same shards, moved).
+    resume (the same shards, moved). Shards written by ``pack`` give back the items as packed
+    (``fields: item``); ``fields: raw`` gives the stored fields by name, as webdataset does.
     """
 
     location_fields = frozenset({"urls", "index"})
@@ -82,7 +83,15 @@ class ShardsDatasetSpec(Spec):
     index: str | None = None
     """The index file's URL; null: loaderfactory-shards.json beside the shards (built if absent)."""
     keys: list[str] = []
-    """Fields every sample must have (a sample without one is an error naming its shard and key)."""
+    """What every sample must have (one without is an error naming its shard and key): the item's
+    keys for dict items of packed shards, else stored field names (image.npy)."""
+    fields: Literal["item", "raw"] = "item"
+    """item: shards written by pack give back each item as packed (a dict with its keys, a tuple, a
+    list or a single value), other shards read raw; raw: stored field names (image.npy) plus
+    __key__ and __url__ for every shard (the webdataset convention)."""
+    metadata: bool = False
+    """Add __key__ and __url__ to the dict items of packed shards (raw samples always have them);
+    refused for tuple, list and single-value items."""
     decode: bool | list[str] = True
     """true: decode by extension (npy, pt, json, txt, cls, jpg, ...); false: bytes; a list: only
     those extensions."""
