@@ -56,7 +56,7 @@ def main() -> None:
                 for _ in range(args.epochs):
                     began, items = time.perf_counter(), 0
                     for batch in run:
-                        items += len(batch["id.cls"])
+                        items += len(batch["id"])
                     assert items == args.items
                     rates.append(items / (time.perf_counter() - began))
             read = shards.stats()["bytes_read"] / args.epochs

@@ -33,7 +33,7 @@ with build_loader(config) as loader:
         pass
     start, items = time.perf_counter(), 0
     for batch in loader:
-        items += len(batch["x.npy"])
+        items += len(batch["x"] if "x" in batch else batch["x.npy"])  # "x.npy" before the round trip
     print(items / (time.perf_counter() - start))
 """
 

@@ -69,7 +69,8 @@ def open_ours(run: dict[str, Any]) -> Reader:
         return built
 
     def batch_items(batch: Any) -> tuple[int, int]:
-        return int(batch["data.npy"].shape[0]), int(batch["data.npy"].numel())
+        data = batch["data"] if "data" in batch else batch["data.npy"]  # a checkout before the round trip
+        return int(data.shape[0]), int(data.numel())
 
     return Reader(make, lambda loader: loader.state_dict(), batch_items)
 

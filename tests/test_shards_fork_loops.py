@@ -59,6 +59,6 @@ def test_workers_read_s3_shards_whole_beside_the_parents_cached_filesystems(s3: 
         "loader": {"kind": "torch", "batch_size": None, "num_workers": 2},
     }
     with loaderfactory.build_loader(config) as loader:
-        ids = [int(sample["id.cls"]) for sample in loader]
+        ids = [int(sample["id"]) for sample in loader]
     assert Counter(ids) == Counter(range(12))
     assert all(fs._loop.is_running() for fs in kept)

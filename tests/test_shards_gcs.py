@@ -58,5 +58,5 @@ def test_pack_writes_shards_and_index_to_gs(gcs: GcsServer, fsspec_io_thread: No
     )
     assert result.index == f"{out}{INDEX_NAME}" and len(result.shards) > 1
     dataset = ShardsDataset(out, storage_options=gcs.storage_options)
-    assert Counter(dataset[i]["id.cls"] for i in range(len(dataset))) == Counter(range(40))  # ints: .cls
+    assert Counter(dataset[i]["id"] for i in range(len(dataset))) == Counter(range(40))
     dataset.close()

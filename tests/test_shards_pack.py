@@ -87,24 +87,18 @@ def _assert_same(got: Any, want: Any, where: str) -> None:
         assert got == want, where
 
 
-def _field(sample: dict[str, Any], key: str) -> Any:
-    """A sample's field by the item's key (the reader's names carry the extension: ``id.cls``)."""
-    (name,) = [name for name in sample if name.split(".", 1)[0] == key and not name.startswith("__")]
-    return sample[name]
-
-
 def _check_read_back(dataset: Any, out: str, storage_options: dict[str, Any] | None = None) -> None:
     """Every item once, in order, under its zero-padded key, with equal values of the same types."""
-    shards = ShardsDataset(out, storage_options=storage_options)
+    shards = ShardsDataset(out, storage_options=storage_options, metadata=True)
     assert len(shards) == len(dataset)
     ids = Counter()
     for i in range(len(shards)):
         sample, item = shards[i], dataset[i]
-        assert sample["__key__"] == f"{i:06d}"
-        ids[_field(sample, "id" if "id" in item else "index")] += 1
-        assert {name.split(".", 1)[0] for name in sample if not name.startswith("__")} == set(item)
+        assert sample.pop("__key__") == f"{i:06d}" and sample.pop("__url__").startswith(out)
+        ids[sample["id" if "id" in item else "index"]] += 1
+        assert list(sample) == list(item)
         for key, value in item.items():
-            _assert_same(_field(sample, key), _expected_value(value), f"item {i}, {key}")
+            _assert_same(sample[key], _expected_value(value), f"item {i}, {key}")
     assert ids == Counter(range(len(dataset)))
 
 
@@ -263,9 +257,9 @@ def test_tuples_and_plain_items_become_numbered_and_item_fields(tmp_path: Path) 
     """A tuple item gives fields ``0``, ``1``...; any other non-dict item the field ``item``."""
     pack([(torch.ones(2), 7)], str(tmp_path / "t"), progress=False)
     pack([torch.arange(3)], str(tmp_path / "p"), progress=False)
-    sample = ShardsDataset(str(tmp_path / "t"))[0]
+    sample = ShardsDataset(str(tmp_path / "t"), fields="raw")[0]
     assert torch.equal(sample["0.npy"], torch.ones(2)) and sample["1.cls"] == 7
-    assert torch.equal(ShardsDataset(str(tmp_path / "p"))[0]["item.npy"], torch.arange(3))
+    assert torch.equal(ShardsDataset(str(tmp_path / "p"), fields="raw")[0]["item.npy"], torch.arange(3))
 
 
 class Counting(IterableDataset[dict[str, int]]):
@@ -276,7 +270,8 @@ class Counting(IterableDataset[dict[str, int]]):
 def test_an_iterable_is_packed_in_this_process(tmp_path: Path) -> None:
     """An iterable dataset packs with num_workers=0 (keys count from 0); workers are refused."""
     result = pack(Counting(), str(tmp_path / "a"), progress=False)
-    assert [ShardsDataset(result.index.rsplit("/", 1)[0])[i]["__key__"] for i in (0, 11)] == [
+    read = ShardsDataset(result.index.rsplit("/", 1)[0], metadata=True)
+    assert [read[i]["__key__"] for i in (0, 11)] == [
         "000000000",
         "000000011",
     ]
@@ -329,7 +324,7 @@ def test_a_folder_holding_other_files_only_is_packed_into(tmp_path: Path) -> Non
     (tmp_path / "notes.txt").write_text("not a shard")
     pack(_synthetic(12), str(tmp_path), shard_size=300, progress=False)
     shards = ShardsDataset(f"{tmp_path}/")
-    assert sorted(int(shards[i]["index.cls"]) for i in range(len(shards))) == list(range(12))
+    assert sorted(int(shards[i]["index"]) for i in range(len(shards))) == list(range(12))
 
 
 def _cli(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -352,8 +347,8 @@ def test_the_command_packs_a_preset_and_says_what_it_wrote(tmp_path: Path) -> No
     shards = ShardsDataset(str(out))
     written = len(list(out.glob("shard-*.tar")))
     assert f"wrote {written} shard(s), 50 samples" in result.stdout + result.stderr and written > 1
-    assert Counter(shards[i]["index.cls"] for i in range(50)) == Counter(range(50))
-    assert torch.equal(shards[7]["image.npy"], SyntheticDataset(length=50)[7]["image"])
+    assert Counter(shards[i]["index"] for i in range(50)) == Counter(range(50))
+    assert torch.equal(shards[7]["image"], SyntheticDataset(length=50)[7]["image"])
 
 
 @pytest.mark.parametrize(

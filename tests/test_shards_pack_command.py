@@ -53,7 +53,7 @@ def _assert_same(got: Any, want: Any, where: str) -> None:
 
 def _read_back(urls: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
     """Every sample of the shards at ``urls``, unbatched, through ``build_loader`` with 2 workers."""
-    dataset = {"kind": "shards", "urls": urls, "storage_options": storage_options or {}}
+    dataset = {"kind": "shards", "urls": urls, "storage_options": storage_options or {}, "metadata": True}
     loader = {"kind": "torch", "batch_size": None, "num_workers": 2}
     with loaderfactory.build_loader({"dataset": dataset, "loader": loader}) as samples:
         return list(samples)
@@ -62,14 +62,14 @@ def _read_back(urls: str, storage_options: dict[str, str] | None = None) -> list
 def _check_items(samples: list[dict[str, Any]]) -> None:
     """Each id once, under its zero-padded key, with the source item's fields, values and types."""
     source = PackItems(LENGTH)
-    ids = Counter(sample["id.cls"] for sample in samples)
+    ids = Counter(sample["id"] for sample in samples)
     assert ids == Counter(range(LENGTH)), ids
     for sample in samples:
-        i = sample["id.cls"]
+        i = sample["id"]
         assert sample["__key__"] == f"{i:06d}"
-        fields = {name.split(".", 1)[0]: value for name, value in sample.items() if not name.startswith("__")}
+        fields = {name: value for name, value in sample.items() if not name.startswith("__")}
         item = source[i]
-        assert fields.keys() == item.keys(), f"item {i}: {sorted(fields)} != {sorted(item)}"
+        assert list(fields) == list(item), f"item {i}: {list(fields)} != {list(item)}"
         for key, value in item.items():
             _assert_same(fields[key], _expected(value), f"item {i}, {key}")
 

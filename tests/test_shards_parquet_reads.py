@@ -49,7 +49,7 @@ def test_a_shuffled_epoch_reads_each_row_group_once(packed: tuple[str, int], num
     shards = ShardsDataset(urls, progress=False)
     loader = {"kind": "torch", "batch_size": 8, "shuffle": True, "num_workers": num_workers}
     with build_loader({"loader": loader, "seed": 3}, dataset=shards) as run:
-        ids = [int(i) for batch in run for i in batch["id.cls"]]
+        ids = [int(i) for batch in run for i in batch["id"]]
     assert sorted(ids) == list(range(ITEMS))
     stats = shards.stats()
     readers = max(1, num_workers)
@@ -84,7 +84,7 @@ def test_the_row_groups_held_stay_within_one_budget_for_every_open_shard(
     loader = {"kind": "torch", "batch_size": 8, "shuffle": True}
     with build_loader({"loader": loader, "seed": 3}, dataset=shards) as run:
         for batch in run:
-            ids += [int(i) for i in batch["id.cls"]]
+            ids += [int(i) for i in batch["id"]]
             held.append(ledger.held_bytes)
             allocated.append(pyarrow.total_allocated_bytes() - before)
     assert sorted(ids) == list(range(ITEMS))
