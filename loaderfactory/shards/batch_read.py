@@ -4,7 +4,8 @@ torch's map-style fetcher calls ``dataset.__getitems__(indices)`` for a batch wh
 main process and in workers). The result is exactly ``[dataset[i] for i in indices]``: a run is
 located, its shard opened and predownload advanced once, and a tar run is one read spanning its
 samples. Each sample becomes what ``dataset[i]`` gives (the item as packed, or the raw sample) by
-the dataset's :class:`~loaderfactory.shards.item_layout.SampleShape`: a rename of its fields. A shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
+the dataset's :class:`~loaderfactory.shards.item_layout.SampleShape`: a rename of its fields. A
+shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
 (without opening it again, and so without its retries again), and storage that still fails after
 the retries raises its error naming the run's samples. Anything else that fails in a run is read
 again sample by sample, so the error raised is the one ``dataset[i]`` raises, naming the shard's
@@ -102,9 +103,9 @@ def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run
             return None
         out.extend(items)
     dataset.counters.add("samples", len(out))
-    if not shape.keyed:  # tuple, list or single-value items: collated as usual, their rows stacked again
+    if shape.single:  # a single-value item is the row itself: collated as usual, the rows stacked again
         return out
-    return StackedItems(out, {shape.key_of(field): target.tensor for field, target in targets.items()})
+    return StackedItems(out, {shape.field_of(field): target.tensor for field, target in targets.items()})
 
 
 def _targets(layouts: dict[str, NpyLayout], count: int) -> dict[str, Target]:

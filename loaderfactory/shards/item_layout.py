@@ -154,7 +154,11 @@ class SampleShape:
     """
 
     def __init__(
-        self, layout: ItemLayout | None, fields: str = "item", metadata: bool = False, keys: Collection[str] = ()
+        self,
+        layout: ItemLayout | None,
+        fields: str = "item",
+        metadata: bool = False,
+        keys: Collection[str] = (),
     ) -> None:
         if fields not in READINGS:
             raise ArgumentError("fields", f"fields must be one of {', '.join(READINGS)}, got {fields!r}")
@@ -197,15 +201,17 @@ class SampleShape:
             )
 
     @property
-    def keyed(self) -> bool:
-        """Whether items are dicts (raw samples, or packed dict items), whose fields have keys."""
-        return self._type in ("raw", "dict")
+    def single(self) -> bool:
+        """Whether each item is its one value (no field to index it by)."""
+        return self._type == "value"
 
-    def key_of(self, name: str) -> str:
-        """The key a stored field is given back under (itself for raw reads)."""
+    def field_of(self, name: str) -> str | int:
+        """Where a stored field is in the item: its key (the name itself for raw reads), or its
+        position in a tuple or list item."""
         if self._type == "raw":
             return name
-        return self._names.get(name) or key_of(name)
+        key = self._names.get(name) or key_of(name)
+        return key if self._type == "dict" else int(key)
 
     def __call__(self, sample: dict[str, Any], url: str) -> Any:
         """The item of ``sample`` (decoded, with ``__key__``), read from the shard at ``url``."""
