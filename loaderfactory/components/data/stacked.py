@@ -82,7 +82,10 @@ def _collate_position(items: StackedItems, position: int) -> Any:
     """What torch's collate makes of the values at ``position`` (given as a tuple, as torch
     transposes them: strings stay a tuple); the tensor itself where the items hold its rows."""
     tensor = items.take(position)
-    return tensor if tensor is not None else torch_default_collate(tuple(item[position] for item in items))
+    if tensor is not None:
+        return tensor
+    values = tuple(item[position] for item in items)
+    return torch_default_collate(values)  # type: ignore[arg-type]  # torch collates its own transposed tuples
 
 
 def collate_field(items: Sequence[Any], key: Field) -> Any:
