@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from loaderfactory.builders import BuildContext
+from loaderfactory.builders.helpers import build_transforms
 from loaderfactory.config.registry import CONTRACT_LENGTH
 from loaderfactory.config.specs.shards import REMOTE_EXTRA, ShardsDatasetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
@@ -33,6 +34,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
         extra.update(cache_dir=spec.cache.dir, cache_limit=spec.cache.limit)
     if spec.predownload:
         extra["predownload"] = spec.predownload
+    # Built outside the `try`: a transform's own ConfigError is a ValueError too, and keeps its path.
+    transforms = build_transforms(spec.transforms, "dataset.transforms")
     try:
         return ShardsDataset(
             spec.urls,
@@ -47,6 +50,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             fetch=spec.fetch,
             local_read_ahead=spec.local_read_ahead,
             progress=context.progress,
+            transforms=transforms,
+            seed=context.seed,
             **extra,
         )
     except FileNotFoundError as err:

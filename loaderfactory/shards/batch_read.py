@@ -57,7 +57,7 @@ def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
 
 
 def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str, Any]]:
-    """``[dataset[i] for i in indices]``, each run of consecutive samples of a shard read at once;
+    """``[dataset.read_sample(i) for i in indices]``, each run of consecutive samples of a shard read at once;
     fixed-size ``.npy`` fields of local tar shards straight into batch tensors (``StackedItems``)."""
     runs = batch_runs(dataset._ends, indices)
     if len(indices) > 1 and all(shard >= 0 for _, _, shard, _ in runs):
@@ -68,7 +68,7 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[dict[str,
     for first, stop, shard, local in runs:
         run = indices[first:stop]
         if shard < 0 or stop - first == 1:
-            out.extend(dataset[index] for index in run)
+            out.extend(dataset.read_sample(index) for index in run)
         else:
             out.extend(_read_run(dataset, run, shard, local))
     return out
@@ -143,11 +143,11 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         )
         raise in_sample(err, where) from err
     except Exception:  # noqa: BLE001 - read again one by one: dataset[i] raises, naming the sample
-        return [dataset[index] for index in run]
+        return [dataset.read_sample(index) for index in run]
     keys = dataset.keys
     for sample in samples:
         if keys and any(key not in sample for key in keys):
-            return [dataset[index] for index in run]  # raises the ShardError naming the missing field
+            return [dataset.read_sample(index) for index in run]  # raises the ShardError naming the missing field
         sample["__url__"] = url
     dataset.counters.add("samples", len(samples))
     return samples

@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from torch.utils.data import Dataset, get_worker_info
@@ -30,6 +30,7 @@ from loaderfactory.shards.private_folder import PrivateFolder
 from loaderfactory.shards.published_order import PublishedOrder
 from loaderfactory.shards.read_ahead import ReadAhead, job_spans_machines
 from loaderfactory.shards.read_ahead import supported as read_ahead_supported
+from loaderfactory.shards.sample_transforms import SampleTransforms
 from loaderfactory.shards.stats import ShardStats, summarise
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 from loaderfactory.shards.tar_format import TarShard
@@ -87,6 +88,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             and the next one when shards are read in stored order (:mod:`.read_ahead`); off where
             the job's ranks span machines.
         progress: show a progress bar on stderr while indexing shards that have no index.
+        transforms: applied to each sample after it is read, where it is read: ``f(item, generator)``
+            or ``f(item)``, or a list of them in order (:mod:`.sample_transforms`).
+        seed: seeds the transforms' draws, with the epoch and the index; None: the shuffle's seed.
 
     Attributes:
         cache_is_private: True when remote shards go to the private temporary folder (no ``cache_dir``).
@@ -117,9 +121,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         fetch: str = "whole",
         local_read_ahead: bool = True,
         progress: bool = True,
+        transforms: Callable[..., Any] | Sequence[Callable[..., Any]] | None = None,
+        seed: int | None = None,
     ) -> None:
         self.progress = progress
         _check_arguments(open_shards, shuffle_window, predownload, fetch, cache_dir)
+        self.transforms = None if transforms is None else SampleTransforms(transforms, seed)
         self.counters = ShardStats()  # every reading process adds to it: see stats()
         self.storage = Storage(storage_options, retries, stats=self.counters)
         self.shard_format, self.fetch = shard_format, fetch
@@ -250,9 +257,16 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         counts = [info.samples for info in self.shards]
         order: list[int] = window_order(counts, seed, epoch, self.shuffle_window).tolist()
         self.visit_order, self._visit_epoch = order, (seed, epoch)  # what predownload follows
+        if self.transforms is not None:
+            self.transforms.set_epoch(epoch, seed)
         if self._published is not None and self.predownload:  # before the epoch's first index is sent
             self._published.publish(seed, epoch)
         return order
+
+    def set_epoch(self, epoch: int) -> None:
+        """Number the epoch the transforms draw for (a shuffled epoch is numbered by its order)."""
+        if self.transforms is not None:
+            self.transforms.set_epoch(epoch)
 
     def uniform_order_cost(self) -> str | None:
         """What a uniform shuffle costs beside :meth:`epoch_order` (for a wrapper that hides it);
@@ -272,6 +286,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return shard, index - (self._ends[shard - 1] if shard else 0)
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` (:meth:`read_sample`), transformed."""
+        sample = self.read_sample(index)
+        return sample if self.transforms is None else self.transforms.apply([sample], [index], len(self))[0]
+
+    def read_sample(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` as read, before ``transforms``."""
         position = index if index >= 0 else index + len(self)
         shard, local = self.locate(position)
         url = self.shards[shard].url
@@ -290,8 +310,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return sample
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`)."""
-        return read_batch(self, indices)
+        """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`), then transformed."""
+        samples = read_batch(self, indices)
+        return samples if self.transforms is None else self.transforms.apply(samples, indices, len(self))
 
     def _opened(self, number: int, position: int, first: int | None = None) -> Shard:
         """Shard ``number``, opened for reading samples ``first`` (default: ``position``) to
@@ -459,6 +480,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             following.close()
         if self._private is not None:
             self._private.remove()
+        if self.transforms is not None:
+            self.transforms.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()

@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Count, Spec, broken_rules, parse_size
+from loaderfactory.config.specs.refs import Transforms
 
 REMOTE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
 """Remote schemes and the package each needs besides fsspec; mirrors ``shards.storage`` (specs never
@@ -103,6 +104,10 @@ class ShardsDatasetSpec(Spec):
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
     """Samples ahead (per rank) whose shards are fetched into the cache in the background (the next
     two shards always among them); 0: none."""
+    transforms: Transforms = None
+    """Applied to each sample after it is read, in the worker reading it: one transform or a list in
+    order (registered kinds or _target_ callables); random ones draw per sample, seeded by the root
+    seed (else the shuffle's), the epoch and the sample's index, so runs and resumes repeat them."""
     local_read_ahead: bool = True
     """Local shards: a background thread reads each shard opened into the OS page cache, and the
     next one when shards are read in stored order (then also opening it: its headers walked), so
