@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 import torch
-from shards_data import write_tar_shards
+from shards_data import write_parquet_shards, write_tar_shards
 
 from loaderfactory import build_loader
 from loaderfactory.components.data.stacked import StackedItems, default_collate
@@ -73,7 +73,8 @@ def _rows(batches: list[dict[str, Any]]) -> dict[int, torch.Tensor]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_a_transform_runs_once_on_every_sample(urls: list[str], workers: int) -> None:
-    """Every sample of the epoch is transformed exactly once, by the registered and the plain ones."""
+    """Every sample of the epoch is transformed exactly once, by the registered and the plain ones
+    (tar shards: batches read into batch tensors)."""
     transforms = [FLOAT, {"_target_": f"{HERE}.mark", "_partial_": True}]
     batches, _ = _epoch(_config(urls, transforms, workers))
     ids = _ids(batches)
@@ -81,6 +82,15 @@ def test_a_transform_runs_once_on_every_sample(urls: list[str], workers: int) ->
     assert [int(m) for batch in batches for m in batch["marked"]] == [1] * TOTAL
     assert all(batch["npy"].dtype == torch.float32 for batch in batches)
     assert all(torch.equal(row, torch.full((3,), float(i))) for i, row in _rows(batches).items())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_transform_runs_once_on_every_parquet_row(tmp_path: Path, workers: int) -> None:
+    """The same over Parquet shards, whose batches are read run by run and sample by sample."""
+    urls = write_parquet_shards(tmp_path / "rows", COUNTS)
+    batches, _ = _epoch(_config(urls, {"_target_": f"{HERE}.mark", "_partial_": True}, workers))
+    assert Counter(int(i) for batch in batches for i in batch["id"]) == Counter(range(TOTAL))
+    assert [int(m) for batch in batches for m in batch["marked"]] == [1] * TOTAL
 
 
 def test_the_order_is_the_one_without_transforms(urls: list[str]) -> None:
