@@ -147,7 +147,8 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
     keys = dataset.keys
     for sample in samples:
         if keys and any(key not in sample for key in keys):
-            return [dataset.read_sample(index) for index in run]  # raises the ShardError naming the missing field
+            # Read again one by one: raises the ShardError naming the missing field.
+            return [dataset.read_sample(index) for index in run]
         sample["__url__"] = url
     dataset.counters.add("samples", len(samples))
     return samples

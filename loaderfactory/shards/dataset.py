@@ -310,7 +310,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return sample
 
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, Any]]:
-        """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`), then transformed."""
+        """``[self[i] for i in indices]``: a shard's runs read at once (:mod:`.batch_read`), transformed."""
         samples = read_batch(self, indices)
         return samples if self.transforms is None else self.transforms.apply(samples, indices, len(self))
 

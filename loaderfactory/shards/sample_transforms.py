@@ -26,6 +26,7 @@ from loaderfactory.components.data.transforms import Compose, takes_generator
 from loaderfactory.shards.private_folder import PrivateFolder
 from loaderfactory.shards.published_order import PublishedOrder
 
+Transform = Callable[..., Any]
 _MASK = 2**64 - 1
 
 
@@ -52,7 +53,7 @@ class SampleTransforms:
             in its state), 0 before any.
     """
 
-    def __init__(self, transform: Callable[..., Any] | Sequence[Callable[..., Any]], seed: int | None) -> None:
+    def __init__(self, transform: Transform | Sequence[Transform], seed: int | None) -> None:
         self.transform = Compose(transform) if isinstance(transform, Sequence) else transform
         if not callable(self.transform):
             raise TypeError(f"transforms must be callable, got {transform!r}")
