@@ -169,6 +169,15 @@ def test_random_draws_repeat_with_the_seed_whatever_the_workers(urls: list[str])
 
 
 @pytest.mark.parametrize("workers", [0, 2])
+def test_an_unshuffled_epoch_draws_anew_each_epoch(urls: list[str], workers: int) -> None:
+    """Without a shuffle the order engine still numbers the epoch: the second pass draws anew."""
+    with build_loader(_config(urls, [FLOAT, NOISE], workers, shuffle=False)) as loader:
+        first, second = _rows(list(loader)), _rows(list(loader))
+    assert first.keys() == second.keys() == set(range(TOTAL))
+    assert not any(torch.equal(row, first[i]) for i, row in second.items())
+
+
+@pytest.mark.parametrize("workers", [0, 2])
 def test_a_resume_draws_what_the_uninterrupted_epoch_draws(urls: list[str], workers: int) -> None:
     config = _config(urls, [FLOAT, NOISE], workers)
     with build_loader(config) as loader:
