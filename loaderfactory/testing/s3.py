@@ -160,7 +160,10 @@ def _choose_ports(record: Path | None, s3_port: int) -> dict[str, int]:
 
 
 def _free(port: int) -> bool:
+    """Whether ``weed`` can listen on ``port``: as Go does, SO_REUSEADDR, so the connections of a
+    stopped server that linger in TIME_WAIT do not make its ports look taken."""
     with socket.socket() as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             sock.bind(("127.0.0.1", port))
         except OSError:

@@ -45,7 +45,10 @@ def parser() -> argparse.ArgumentParser:
         "--port",
         type=int,
         default=DEFAULT_PORT,
-        help=f"the S3 endpoint's port on 127.0.0.1 (default: {DEFAULT_PORT}); 0: any free one",
+        help=(
+            f"the S3 endpoint's port on 127.0.0.1 (default: {DEFAULT_PORT}); 0: the folder's last one "
+            "if free, else any free one"
+        ),
     )
     return command
 
@@ -60,7 +63,7 @@ def settings(server: S3Server, folder: Path) -> str:
         "# For a shards dataset (dataset.storage_options) or pack (pack.storage_options):\n"
         f"storage_options:\n{options}\n\n"
         "# Or for every S3 client started from this shell:\n"
-        f"{exports}\n"
+        f"{exports}"
     )
 
 
@@ -70,9 +73,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.port < 0 or args.port > 65535:
         parser().error(f"--port {args.port}: a port is 0 (any free one) to 65535")
     folder = Path(args.dir).absolute()
-    signal.signal(signal.SIGTERM, _stop_on_sigterm)
+    previous = signal.signal(signal.SIGTERM, _stop_on_sigterm)
     try:
-        with seaweedfs(bucket=args.bucket, folder=folder, s3_port=args.port) as server:
+        return _serve(folder, args.bucket, args.port)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _serve(folder: Path, bucket: str, port: int) -> int:
+    try:
+        with seaweedfs(bucket=bucket, folder=folder, s3_port=port) as server:
             print(settings(server, folder), flush=True)
             # Returns only if weed exits by itself (it is reaped on the way out); a signal interrupts it.
             os.waitid(os.P_PID, server.pid, os.WEXITED | os.WNOWAIT)
