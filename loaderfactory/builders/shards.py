@@ -13,7 +13,7 @@ import numpy as np
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_transforms
 from loaderfactory.config.registry import CONTRACT_LENGTH
-from loaderfactory.config.specs.shards import REMOTE_EXTRA, ShardsDatasetSpec
+from loaderfactory.config.specs.shards import ShardsDatasetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
 from loaderfactory.shards import (
     ShardInfo,
@@ -57,8 +57,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
     except FileNotFoundError as err:
         field = "dataset.index" if spec.index is not None and spec.index in str(err) else "dataset.urls"
         raise ConfigError(ConfigProblem(field, f"{err}; check the URL (and the bucket)")) from err
-    except ImportError as err:
-        raise ConfigError(ConfigProblem("dataset.urls", f"{err} ({REMOTE_EXTRA})")) from err
+    except ImportError as err:  # the storage names the scheme's extra
+        raise ConfigError(ConfigProblem("dataset.urls", str(err))) from err
     except CacheError as err:  # a cache folder that cannot be written
         raise ConfigError(ConfigProblem("dataset.cache.dir", str(err))) from err
     except CacheLimitError as err:

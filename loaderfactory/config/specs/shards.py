@@ -13,12 +13,9 @@ from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, mo
 
 from loaderfactory.config.specs.base import Count, Spec, broken_rules, parse_size
 from loaderfactory.config.specs.refs import Transforms
+from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
 
-REMOTE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
-"""Remote schemes and the package each needs besides fsspec; mirrors ``shards.storage`` (specs never
-import the shards package, which imports torch)."""
 SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
-REMOTE_EXTRA = 'pip install "loaderfactory[remote]"'
 SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
 """What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
 
@@ -123,15 +120,16 @@ class ShardsDatasetSpec(Spec):
             raise ValueError("must name at least one shard, folder or pattern; no empty URL")
         for url in listed:
             scheme = scheme_of(url)
-            if scheme != "file" and scheme not in REMOTE_PACKAGES:
-                known = ", ".join(f"{s}://" for s in REMOTE_PACKAGES)
+            if scheme != "file" and scheme not in SCHEME_PACKAGES:
+                known = ", ".join(f"{s}://" for s in SCHEME_PACKAGES)
                 raise ValueError(
                     f"{url!r}: unsupported scheme {scheme!r}; use a local path, file://, {known}"
                 )
-            missing = [p for p in ("fsspec", REMOTE_PACKAGES.get(scheme)) if p and not _installed(p)]
+            missing = [p for p in ("fsspec", SCHEME_PACKAGES.get(scheme)) if p and not _installed(p)]
             if scheme != "file" and missing:
                 raise ValueError(
-                    f"{url!r}: {scheme}:// URLs need {' and '.join(missing)}, not installed: {REMOTE_EXTRA}"
+                    f"{url!r}: {scheme}:// URLs need {' and '.join(missing)}, not installed: "
+                    f"{install_command(scheme)}"
                 )
         return urls
 
