@@ -22,13 +22,16 @@ from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.media import ImageDecoding, image_size, image_tensor
 from loaderfactory.shards.npy import npy_tensor
 
+NATIVE = ImageDecoding()
+"""Images decoded whole, in their stored mode."""
+
 
 @dataclass(frozen=True)
 class Decoding:
     """Which extensions decode (``extensions``: as ``decode`` says) and how images decode."""
 
     extensions: bool | Collection[str] = True
-    image: ImageDecoding = ImageDecoding()
+    image: ImageDecoding = NATIVE
 
 
 Decode = bool | Collection[str] | Decoding
@@ -69,14 +72,15 @@ DECODERS: dict[str, Callable[[Any], Any]] = {
 }
 
 
-def decoding(
-    decode: Decode, size: int | Sequence[int] | None = None, mode: str | None = None
-) -> Decode:
+def decoding(decode: Decode, size: int | Sequence[int] | None = None, mode: str | None = None) -> Decode:
     """``decode`` with images decoded at ``size`` (``224`` or ``[h, w]``) and in ``mode`` (RGB, L,
     RGBA); ``decode`` itself when neither is given. ValueError for a bad size or mode."""
     if size is None and mode is None:
         return decode
-    return Decoding(decode if isinstance(decode, bool) else frozenset(decode), ImageDecoding(image_size(size), mode))
+    extensions = decode.extensions if isinstance(decode, Decoding) else decode
+    if not isinstance(extensions, bool):
+        extensions = frozenset(extensions)
+    return Decoding(extensions, ImageDecoding(image_size(size), mode))
 
 
 def extension(field: str) -> str:
@@ -92,11 +96,11 @@ def field_decoder(field: str, decode: Decode = True) -> Callable[[bytes | memory
     """What turns the data of ``field`` into its value: its extension's decoder when ``decode`` asks
     for it, else ``bytes``. A ``.npy`` field decodes from a memoryview without a copy (its tensor
     shares a writable buffer; a read-only one is copied); every other decoder gets ``bytes``."""
-    image = ImageDecoding()
-    if isinstance(decode, Decoding):
-        decode, image = decode.extensions, decode.image
+    extensions, image = (
+        (decode.extensions, decode.image) if isinstance(decode, Decoding) else (decode, NATIVE)
+    )
     ext = extension(field)
-    wanted = decode if isinstance(decode, bool) else ext in decode
+    wanted = extensions if isinstance(extensions, bool) else ext in extensions
     decoder = DECODERS.get(ext)
     if not wanted or decoder is None:
         return bytes

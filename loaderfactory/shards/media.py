@@ -56,7 +56,7 @@ def image_size(size: int | Sequence[int] | None) -> tuple[int, int] | None:
     return pair[0], pair[1]
 
 
-def image_tensor(data: bytes | memoryview, decoding: ImageDecoding = ImageDecoding()) -> torch.Tensor:
+def image_tensor(data: bytes | memoryview, decoding: ImageDecoding | None = None) -> torch.Tensor:
     """The image file ``data`` as a uint8 (uint16 for 16-bit PNGs) CHW tensor, as ``decoding`` asks.
 
     Raises:
@@ -67,6 +67,7 @@ def image_tensor(data: bytes | memoryview, decoding: ImageDecoding = ImageDecodi
         from PIL import Image
     except ImportError as err:
         raise ImportError(PILLOW_MISSING) from err
+    decoding = decoding or ImageDecoding()
     with Image.open(io.BytesIO(data)) as stored:
         image: Any = stored
         box = None

@@ -41,8 +41,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaderfactory.shards.errors import PackError
-from loaderfactory.shards.pack_images import ImageEncoding, image_file, is_pil_image, marked_bytes
+from loaderfactory.shards.errors import PackError as PackError  # importable from here, as before
+from loaderfactory.shards.pack_images import ImageEncoding, image_field
 
 Fields = dict[str, bytes]
 """A sample's fields: ``"image.pt"`` → the bytes of the tar member (or Parquet cell)."""
@@ -95,15 +95,9 @@ def encode_value(
     kept as they are once checked to be that format, a PIL image is encoded so; a PIL image is
     stored as an image file without it too.
     """
-    if encoding is not None and not (isinstance(value, bytes | bytearray) or is_pil_image(value)):
-        raise PackError(
-            f"item {index}, field {key!r}: encode marks it {encoding.format}, but it is a "
-            f"{type(value).__name__}; give the image file's bytes or a PIL image, or drop it from encode"
-        )
-    if is_pil_image(value):
-        return image_file(value, encoding, f"item {index}, field {key!r}")
-    if encoding is not None:
-        return marked_bytes(value, encoding, f"item {index}, field {key!r}")
+    image = image_field(value, encoding, f"item {index}, field {key!r}")
+    if image is not None:
+        return image
     if isinstance(value, torch.Tensor):
         array = _plain_array(value)
         if array is not None:  # .npy: a tenth of torch.save's size for small tensors, faster to read

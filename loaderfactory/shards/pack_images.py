@@ -43,6 +43,22 @@ class ImageEncoding:
     quality: int | None = None
 
 
+def image_field(value: Any, encoding: ImageEncoding | None, where: str) -> tuple[str, bytes] | None:
+    """``(extension, bytes)`` for a PIL image or a value that ``encoding`` marks; None for any other
+    value (the packer stores it by its type). PackError naming ``where`` for a marked value that is
+    neither bytes nor a PIL image, or one that cannot be stored as marked."""
+    if is_pil_image(value):
+        return image_file(value, encoding, where)
+    if encoding is None:
+        return None
+    if isinstance(value, bytes | bytearray):
+        return marked_bytes(bytes(value), encoding, where)
+    raise PackError(
+        f"{where}: encode marks it {encoding.format}, but it is a {type(value).__name__}; give the "
+        "image file's bytes or a PIL image, or drop the field from encode"
+    )
+
+
 def is_pil_image(value: Any) -> bool:
     """Whether ``value`` is a PIL image (without importing Pillow: no image exists unless it was)."""
     module = sys.modules.get("PIL.Image")
@@ -108,7 +124,9 @@ def _original_file(image: Any) -> bytes | None:
     filename = getattr(image, "filename", "")
     fp = getattr(image, "fp", None)
     try:
-        data = Path(filename).read_bytes() if filename else fp.getvalue() if isinstance(fp, io.BytesIO) else None
+        data = (
+            Path(filename).read_bytes() if filename else fp.getvalue() if isinstance(fp, io.BytesIO) else None
+        )
     except OSError:
         return None
     if data is None:

@@ -61,7 +61,9 @@ ImageEncoding = Annotated[
                     "type": "object",
                     "properties": {
                         "format": {"enum": ["jpg", "jpeg", "png", "webp"]},
-                        "quality": {"anyOf": [{"type": "integer", "minimum": 1, "maximum": 100}, {"type": "null"}]},
+                        "quality": {
+                            "anyOf": [{"type": "integer", "minimum": 1, "maximum": 100}, {"type": "null"}]
+                        },
                     },
                     "required": ["format"],
                     "additionalProperties": False,

@@ -43,9 +43,10 @@ Size = Annotated[
 """Bytes, written as a size string (``20GiB``, ``512MB``) or a whole number of bytes."""
 
 
-ImageSize = Annotated[int, Field(ge=1, strict=True)] | Annotated[
-    list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=2, max_length=2)
-]
+ImageSize = (
+    Annotated[int, Field(ge=1, strict=True)]
+    | Annotated[list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=2, max_length=2)]
+)
 """A side ≥ 1 (a square) or [height, width]."""
 
 
