@@ -40,6 +40,7 @@ class ImageEncodingSpec(Spec):
 
     @model_validator(mode="after")
     def _quality_is_lossy(self) -> ImageEncodingSpec:
+        """quality is for the lossy formats, jpg and webp (png is lossless)."""
         if self.quality is not None and self.format not in LOSSY:
             raise ValueError(f"quality applies to jpg and webp, not {self.format} (lossless); drop it")
         return self
