@@ -344,3 +344,29 @@ def test_the_command_packs_jpeg_bytes_marked_by_pack_encode(tmp_path: Path, jpeg
     assert re.search(
         r"pack\.encode\.image\.format: .*'jpg', 'jpeg', 'png' or 'webp', got 'gif'", result.stderr
     ), result.stderr
+
+
+def test_the_images_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/shards/images.md's example packs a class-folder tree of JPEGs and reads one at 224×224."""
+    guide = (TESTS.parent / "docs" / "shards" / "images.md").read_text()
+    (code,) = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
+    write_jpeg_folder(tmp_path / "photos", 6)
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/shards/images.md", "exec"), namespace)
+    assert namespace["image"].shape == (3, 224, 224) and namespace["image"].dtype == torch.uint8
+    assert len(namespace["shards"]) == 6
+
+
+def test_a_camera_jpeg_opened_as_mpo_keeps_its_file_as_jpg(tmp_path: Path) -> None:
+    """Pillow opens many cameras' JPEGs as MPO (more images after the first): stored as the file,
+    under ``.jpg``, it reads back as the first image."""
+    first, second = Image.fromarray(photo(5, 16, 24)), Image.fromarray(photo(6, 16, 24))
+    path = tmp_path / "camera.jpg"
+    first.save(path, format="MPO", save_all=True, append_images=[second], quality=90)
+    with Image.open(path) as opened:
+        assert opened.format == "MPO"
+        pack([{"image": opened}], str(tmp_path / "out"), progress=False)
+        want = _pixels(opened)
+    assert _members(tmp_path / "out") == {"000000.image.jpg": path.read_bytes()}
+    assert torch.equal(_field(ShardsDataset(str(tmp_path / "out"))[0], "image"), want)

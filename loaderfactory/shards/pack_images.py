@@ -29,8 +29,9 @@ from loaderfactory.shards.errors import PackError
 
 PIL_FORMATS = {"jpg": "JPEG", "jpeg": "JPEG", "png": "PNG", "webp": "WEBP"}
 """Extension → Pillow's format name."""
-OWN_EXTENSIONS = {"JPEG": "jpg", "PNG": "png", "WEBP": "webp"}
-"""A PIL image's own format (``image.format``) → the extension it is stored under."""
+OWN_EXTENSIONS = {"JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp"}
+"""A PIL image's own format (``image.format``) → the extension it is stored under (Pillow opens
+many cameras' JPEGs as MPO: a JPEG followed by more images, its first one decoded)."""
 DEFAULT_QUALITY = 95
 """Quality of jpg and webp when not given (Pillow's own 75 is visibly lossy)."""
 
@@ -96,7 +97,8 @@ def marked_bytes(data: bytes, encoding: ImageEncoding, where: str) -> tuple[str,
 def image_file(image: Any, encoding: ImageEncoding | None, where: str) -> tuple[str, bytes]:
     """``(extension, bytes of an image file)`` for a PIL image, as the module docstring says."""
     own = OWN_EXTENSIONS.get(image.format or "")
-    if own and (encoding is None or (PIL_FORMATS[encoding.format] == image.format and not encoding.quality)):
+    asked = PIL_FORMATS[encoding.format] if encoding else None
+    if own and (encoding is None or (asked == PIL_FORMATS[own] and not encoding.quality)):
         original = _original_file(image)
         if original is not None:
             return (encoding.format if encoding else own), original
