@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
@@ -28,6 +28,7 @@ ByteCount = Annotated[int, BeforeValidator(_size), WithJsonSchema(_SIZE_SCHEMA)]
 ImageFormat = Literal["jpg", "jpeg", "png", "webp"]
 """The image extensions ``pack`` stores encoded; the shards reader decodes the same ones."""
 LOSSY = ("jpg", "jpeg", "webp")
+_FORMATS = list(get_args(ImageFormat))
 
 
 class ImageEncodingSpec(Spec):
@@ -57,11 +58,11 @@ ImageEncoding = Annotated[
     WithJsonSchema(
         {
             "anyOf": [
-                {"enum": ["jpg", "jpeg", "png", "webp"]},
+                {"enum": _FORMATS},
                 {
                     "type": "object",
                     "properties": {
-                        "format": {"enum": ["jpg", "jpeg", "png", "webp"]},
+                        "format": {"enum": _FORMATS},
                         "quality": {
                             "anyOf": [{"type": "integer", "minimum": 1, "maximum": 100}, {"type": "null"}]
                         },
