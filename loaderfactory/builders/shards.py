@@ -42,6 +42,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             index=spec.index,
             keys=spec.keys,
             decode=spec.decode,
+            image_size=spec.image_size,
+            image_mode=spec.image_mode,
             storage_options=spec.storage_options,
             retries=spec.retries,
             open_shards=spec.open_shards,

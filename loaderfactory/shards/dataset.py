@@ -18,7 +18,7 @@ from loaderfactory.shards.batch_read import read_batch
 from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
-from loaderfactory.shards.decode import Decode
+from loaderfactory.shards.decode import Decode, decoding
 from loaderfactory.shards.errors import READ_ERRORS, ShardChangedError, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_index, index_url, load_index
 from loaderfactory.shards.index_cache import cached_index_path, forget, index_through_cache
@@ -59,6 +59,10 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             else the shards are indexed now (each read once; logged).
         keys: fields every sample must have; a sample without one raises ShardError naming it.
         decode: True (every known extension), False (bytes), or the extensions to decode.
+        image_size: decoded images come out this size: ``224`` (square) or ``(height, width)``;
+            JPEGs decode scaled down by libjpeg first (:mod:`.media`). None: as stored.
+        image_mode: decoded images in this mode: ``"RGB"`` (3 channels), ``"L"`` (1), ``"RGBA"``
+            (4); None: as stored.
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
         open_shards: how many shards stay open (open Parquet shards keep the row groups they read,
@@ -110,6 +114,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         index: str | Sequence[ShardInfo] | None = None,
         keys: Collection[str] = (),
         decode: Decode = True,
+        image_size: int | Sequence[int] | None = None,
+        image_mode: str | None = None,
         storage_options: dict[str, Any] | None = None,
         retries: int = 3,
         open_shards: int = 4,
@@ -125,6 +131,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         seed: int | None = None,
     ) -> None:
         self.progress = progress
+        decode = decoding(decode, image_size, image_mode)
         _check_arguments(open_shards, shuffle_window, predownload, fetch, cache_dir)
         self.transforms = None if transforms is None else SampleTransforms(transforms, seed)
         self.counters = ShardStats()  # every reading process adds to it: see stats()

@@ -16,6 +16,9 @@ from loaderfactory.config.specs.refs import Transforms
 from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
 
 SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
+IMAGES_EXTRA = 'pip install "loaderfactory[images]"'
+IMAGES = frozenset({"jpg", "jpeg", "png", "webp"})
+"""The image extensions the reader decodes; mirrors ``shards.decode.IMAGE_EXTENSIONS``."""
 SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
 """What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
 
@@ -36,6 +39,13 @@ Size = Annotated[
     ),
 ]
 """Bytes, written as a size string (``20GiB``, ``512MB``) or a whole number of bytes."""
+
+
+ImageSize = (
+    Annotated[int, Field(ge=1, strict=True)]
+    | Annotated[list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=2, max_length=2)]
+)
+"""A side ≥ 1 (a square) or [height, width]."""
 
 
 class ShardsCacheSpec(Spec):
@@ -84,6 +94,13 @@ class ShardsDatasetSpec(Spec):
     decode: bool | list[str] = True
     """true: decode by extension (npy, pt, json, txt, cls, jpg, ...); false: bytes; a list: only
     those extensions."""
+    image_size: ImageSize | None = None
+    """Decoded images (jpg, png, webp) come out this size: 224 (square) or [height, width], so they
+    stack in a batch; JPEGs are scaled down while decoding (Pillow's draft), then resized (bilinear).
+    null: as stored."""
+    image_mode: Literal["RGB", "L", "RGBA"] | None = None
+    """Decoded images in this mode: RGB (3 channels), L (1), RGBA (4); null: as stored (RGB 3,
+    grayscale 1)."""
     storage_options: dict[str, Any] = {}
     """Remote storage settings (endpoint_url, key, secret, region, ...); else the AWS environment."""
     retries: Annotated[int, Field(ge=0, strict=True)] = 3
@@ -153,6 +170,7 @@ class ShardsDatasetSpec(Spec):
                 f" shards, fewer open ones reopen shards constantly; set open_shards={self.shuffle_window}"
             )
             problems.append(("open_shards", message, self.open_shards))
+        problems += self._image_problems()
         if self.fetch == "range" and self.predownload:
             message = "fetches shards into the cache, but fetch: range has none; set fetch: whole"
             message += " or predownload: 0"
@@ -163,6 +181,20 @@ class ShardsDatasetSpec(Spec):
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self
+
+    def _image_problems(self) -> list[tuple[str, str, Any]]:
+        """image_size and image_mode need images decoded, and Pillow to decode them."""
+        problems: list[tuple[str, str, Any]] = []
+        for field, value in (("image_size", self.image_size), ("image_mode", self.image_mode)):
+            if value is None:
+                continue
+            decoded = self.decode if isinstance(self.decode, bool) else bool(set(self.decode) & IMAGES)
+            if not decoded:
+                message = "applies to decoded images, but decode leaves jpg/png/webp as bytes; add them"
+                problems.append((field, f"{message} to decode or drop {field}", value))
+            elif not _installed("PIL"):
+                problems.append((field, f"decoding images needs Pillow: {IMAGES_EXTRA}", value))
+        return problems
 
     def _format_problems(self) -> list[tuple[str, str, Any]]:
         listed = [self.urls] if isinstance(self.urls, str) else self.urls
