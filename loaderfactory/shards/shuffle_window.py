@@ -20,8 +20,9 @@ DEFAULT_SHUFFLE_MEMORY = 4 * 2**30
 """``shuffle_memory``'s default, 4 GiB (mirrors the spec's, which cannot import this package)."""
 MOST_AUTO = 64
 """The widest automatic window: 64 open shards per process (file handles and tar header tables)."""
-FEW_SHARDS_PER_BATCH = 8.0
-"""Below this many distinct shards expected in a shuffled batch, ``run.mode=plan`` warns."""
+FEW_SHARDS_PER_BATCH = 6.0
+"""Below this many distinct shards expected in a shuffled batch (or half the batch, if smaller),
+``run.mode=plan`` warns: on data stored in class order such batches hold few classes."""
 DEFAULT_OPEN_SHARDS = 4
 """``open_shards`` when not given, or the window when wider."""
 
@@ -54,3 +55,18 @@ def shards_per_batch(window: int, batch_size: int) -> float:
     if window <= 1 or batch_size <= 1:
         return 1.0
     return window * (1 - (1 - 1 / window) ** batch_size)
+
+
+def few_shards_per_batch(batch_size: int) -> float:
+    """The fewest distinct shards a shuffled batch should see before the plan warns."""
+    return min(FEW_SHARDS_PER_BATCH, batch_size / 2)
+
+
+def window_for(batch_size: int, shards: int) -> int:
+    """The narrowest window whose batches see :func:`few_shards_per_batch` shards or more (at most
+    every shard)."""
+    wanted = few_shards_per_batch(batch_size)
+    window = 1
+    while window < shards and shards_per_batch(window, batch_size) < wanted:
+        window += 1
+    return window

@@ -65,8 +65,8 @@ class ShardsDatasetSpec(Spec):
     A map-style dataset over the shards' index (``loaderfactory-shards.json`` beside them; built and
     saved by ``run.mode=index``, else built on the fly): ``len()`` is exact, every queue/loader kind
     works over it, and ``shuffle: true`` follows its own order (shards permuted per epoch, samples
-    mixed within ``shuffle_window`` shards, by default as many as fit in ``shuffle_memory``). ``urls``, ``index`` and ``storage_options`` may change on
-    resume (the same shards, moved).
+    mixed within ``shuffle_window`` shards, by default as many as fit in ``shuffle_memory``).
+    ``urls``, ``index`` and ``storage_options`` may change on resume (the same shards, moved).
     """
 
     location_fields = frozenset({"urls", "index"})
