@@ -19,6 +19,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from loaderfactory.components.order import permutation
 from loaderfactory.components.workers.torch_internals import finish_shutdown
 from loaderfactory.errors import ArgumentError
 from loaderfactory.progress import ProgressBar
@@ -64,6 +65,8 @@ def pack(
     num_workers: int = 0,
     storage_options: Mapping[str, Any] | None = None,
     progress: bool = True,
+    shuffle: bool = False,
+    seed: int = 0,
 ) -> PackResult:
     """Write ``dataset`` as shards in the folder or prefix ``out`` and index them.
 
@@ -77,6 +80,10 @@ def pack(
         num_workers: worker processes reading and encoding items (map-style datasets only).
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         progress: a tqdm bar on stderr.
+        shuffle: write the items in a random order seeded by ``seed`` (map-style datasets only), so
+            that shards of data stored in class order each hold every class; an item keeps its
+            dataset index as its key (``__key__``), so ids stay traceable to the dataset.
+        seed: the seed of that order (the same seed, the same shards).
 
     Raises:
         ArgumentError: a bad argument, named (``out`` already holding shards, say).
@@ -91,7 +98,7 @@ def pack(
     folder = out if out.endswith("/") else f"{out}/"
     _refuse_written(storage, folder)
     start = time.perf_counter()
-    total, items = _encoded_items(dataset, num_workers)
+    total, items = _encoded_items(dataset, num_workers, shuffle, seed)
     width = max(6, len(str(total - 1))) if total else 9
     with ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
         try:
@@ -228,21 +235,29 @@ class _Items:
             self._workers = None
 
 
-def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
-    """The number of items (None when unknown) and the ``(index, fields)`` pairs, in order."""
+def _encoded_items(dataset: Any, num_workers: int, shuffle: bool, seed: int) -> tuple[int | None, _Items]:
+    """The number of items (None when unknown) and the ``(index, fields)`` pairs, in order (in a
+    permutation seeded by ``seed`` with ``shuffle``)."""
     map_style = not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__")
     if map_style and hasattr(dataset, "__len__"):
         total = len(dataset)
+        order = permutation(total, seed, 0) if shuffle else range(total)
         if num_workers == 0:
-            return total, _Items((i, _encode(dataset, i)) for i in range(total))
+            return total, _Items((i, _encode(dataset, i)) for i in order)
         loader = DataLoader(
-            _EncodedItems(dataset), batch_size=None, num_workers=num_workers, collate_fn=_keep
+            _EncodedItems(dataset), batch_size=None, sampler=order, num_workers=num_workers, collate_fn=_keep
         )
         workers = iter(loader)
         return total, _Items(workers, workers)
     if not hasattr(dataset, "__iter__"):
         raise ArgumentError(
             "dataset", f"a {type(dataset).__name__} is no dataset: it has neither len() and [i] nor iter()"
+        )
+    if shuffle:
+        raise ArgumentError(
+            "shuffle",
+            "shuffle needs a map-style dataset (len() and [i]) to permute; an iterable one is written "
+            "in the order it yields: set shuffle=False",
         )
     if num_workers:
         raise ArgumentError(

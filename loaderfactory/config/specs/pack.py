@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, WithJsonSchema
 
-from loaderfactory.config.specs.base import NumWorkers, Spec, parse_size
+from loaderfactory.config.specs.base import NumWorkers, Seed, Spec, parse_size
 
 
 def _size(value: Any) -> Any:
@@ -40,3 +40,7 @@ class PackSpec(Spec):
     """Worker processes reading and encoding items (map-style datasets only)."""
     storage_options: dict[str, Any] = {}
     """Settings for remote storage (`endpoint_url`, `key`, `secret`, ...)."""
+    shuffle: bool = False
+    """Write the items in a random order seeded by `seed` (keys stay the items' dataset indices)."""
+    seed: Seed = 0
+    """The seed of `shuffle`'s order."""
