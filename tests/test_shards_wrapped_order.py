@@ -122,7 +122,12 @@ def test_a_subset_of_a_hiding_wrapper_is_warned_about(urls: list[str]) -> None:
 
 def test_the_wrappers_given_by_target(urls: list[str]) -> None:
     """The same through ``_target_``: the plain wrapper warned about, the forwarding one in order."""
-    inner = {"_target_": "loaderfactory.shards.ShardsDataset", "urls": urls, "open_shards": 2, "shuffle_window": 1}
+    inner = {
+        "_target_": "loaderfactory.shards.ShardsDataset",
+        "urls": urls,
+        "open_shards": 2,
+        "shuffle_window": 1,
+    }
     with pytest.warns(UserWarning, match="Augmented wraps a ShardsDataset"):
         ids = _read(config={"dataset": {"_target_": f"{HERE}.Augmented", "dataset": inner}})
     assert sorted(ids) == list(range(TOTAL))
@@ -168,7 +173,8 @@ def test_the_command_reports_the_reopened_shards(urls: list[str], tmp_path: Path
     )
     folder = str(Path(urls[0]).parent) + "/"
     inner = (
-        f"{{_target_: loaderfactory.shards.ShardsDataset, urls: '{folder}', open_shards: 2, shuffle_window: 1, progress: false}}"
+        f"{{_target_: loaderfactory.shards.ShardsDataset, urls: '{folder}', open_shards: 2,"
+        " shuffle_window: 1, progress: false}"
     )
     done = run_command(
         tmp_path,
