@@ -43,7 +43,10 @@ def _validate(**fields: Any) -> Any:
             {"urls": ["a.tar", "b.parquet"], "format": "tar"},
             "dataset.urls.1: is a parquet shard but format is tar; set format: auto or parquet",
         ),
-        ({"urls": "a.tar", "shuffle_window": 5}, "dataset.open_shards: must be ≥ shuffle_window \\(5\\)"),
+        (
+            {"urls": "a.tar", "shuffle_window": 5, "open_shards": 4},
+            "dataset.open_shards: must be ≥ shuffle_window \\(5\\)",
+        ),
         (
             {"urls": "a.tar", "predownload": 8, "fetch": "range"},
             "dataset.predownload: fetches shards into the cache, but fetch: range has none",

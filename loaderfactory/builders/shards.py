@@ -48,6 +48,7 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             retries=spec.retries,
             open_shards=spec.open_shards,
             shuffle_window=spec.shuffle_window,
+            shuffle_memory=spec.shuffle_memory,
             shard_format=spec.format,
             fetch=spec.fetch,
             local_read_ahead=spec.local_read_ahead,

@@ -145,6 +145,8 @@ def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:
             storage_options=options.storage_options,
             progress=spec.run.progress,
             encode=options.encode,
+            shuffle=options.shuffle,
+            seed=options.seed,
         )
     except ArgumentError as err:
         path = "dataset" if err.argument == "dataset" else f"pack.{err.argument}"

@@ -19,6 +19,7 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from loaderfactory.components.order import permutation
 from loaderfactory.components.workers.torch_internals import finish_shutdown
 from loaderfactory.errors import ArgumentError
 from loaderfactory.progress import ProgressBar
@@ -66,6 +67,8 @@ def pack(
     storage_options: Mapping[str, Any] | None = None,
     progress: bool = True,
     encode: Mapping[str, Any] | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
 ) -> PackResult:
     """Write ``dataset`` as shards in the folder or prefix ``out`` and index them.
 
@@ -84,6 +87,10 @@ def pack(
             extension (checked to be that format), PIL images encoded so (jpg, webp at quality 95
             unless given). PIL images are stored encoded without it too: as the file they were
             opened from, else in their own format, else PNG (:mod:`.pack_images`).
+        shuffle: write the items in a random order seeded by ``seed`` (map-style datasets only), so
+            that shards of data stored in class order each hold every class; an item keeps its
+            dataset index as its key (``__key__``), so ids stay traceable to the dataset.
+        seed: the seed of that order (the same seed, the same shards).
 
     Raises:
         ArgumentError: a bad argument, named (``out`` already holding shards, say).
@@ -99,7 +106,7 @@ def pack(
     folder = out if out.endswith("/") else f"{out}/"
     _refuse_written(storage, folder)
     start = time.perf_counter()
-    total, items = _encoded_items(dataset, num_workers, encodings)
+    total, items = _encoded_items(dataset, num_workers, encodings, shuffle, seed)
     width = max(6, len(str(total - 1))) if total else 9
     with ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
         try:
@@ -250,22 +257,34 @@ class _Items:
 
 
 def _encoded_items(
-    dataset: Any, num_workers: int, encode: Mapping[str, ImageEncoding]
+    dataset: Any, num_workers: int, encode: Mapping[str, ImageEncoding], shuffle: bool, seed: int
 ) -> tuple[int | None, _Items]:
-    """The number of items (None when unknown) and the ``(index, fields)`` pairs, in order."""
+    """The number of items (None when unknown) and the ``(index, fields)`` pairs, in order (in a
+    permutation seeded by ``seed`` with ``shuffle``)."""
     map_style = not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__")
     if map_style and hasattr(dataset, "__len__"):
         total = len(dataset)
+        order = permutation(total, seed, 0) if shuffle else range(total)
         if num_workers == 0:
-            return total, _Items((i, _encode(dataset, i, encode)) for i in range(total))
+            return total, _Items((i, _encode(dataset, i, encode)) for i in order)
         loader = DataLoader(
-            _EncodedItems(dataset, encode), batch_size=None, num_workers=num_workers, collate_fn=_keep
+            _EncodedItems(dataset, encode),
+            batch_size=None,
+            sampler=order,
+            num_workers=num_workers,
+            collate_fn=_keep,
         )
         workers = iter(loader)
         return total, _Items(workers, workers)
     if not hasattr(dataset, "__iter__"):
         raise ArgumentError(
             "dataset", f"a {type(dataset).__name__} is no dataset: it has neither len() and [i] nor iter()"
+        )
+    if shuffle:
+        raise ArgumentError(
+            "shuffle",
+            "shuffle needs a map-style dataset (len() and [i]) to permute; an iterable one is written "
+            "in the order it yields: set shuffle=False",
         )
     if num_workers:
         raise ArgumentError(

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
-from loaderfactory.config.specs.base import NumWorkers, Spec, parse_size
+from loaderfactory.config.specs.base import NumWorkers, Seed, Spec, parse_size
 
 
 def _size(value: Any) -> Any:
@@ -93,6 +93,11 @@ class PackSpec(Spec):
     encode: dict[str, ImageEncoding] = {}
     """Image fields stored encoded, field → `jpg`/`jpeg`/`png`/`webp` or `{format: jpg, quality: 90}`:
     bytes kept as they are (checked to be that format), PIL images encoded so."""
+
+    shuffle: bool = False
+    """Write the items in a random order seeded by `seed` (keys stay the items' dataset indices)."""
+    seed: Seed = 0
+    """The seed of `shuffle`'s order."""
 
 
 def image_encodings(encode: Any) -> dict[str, ImageEncodingSpec]:

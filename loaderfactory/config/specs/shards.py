@@ -19,6 +19,8 @@ SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
 IMAGES_EXTRA = 'pip install "loaderfactory[images]"'
 IMAGES = frozenset({"jpg", "jpeg", "png", "webp"})
 """The image extensions the reader decodes; mirrors ``shards.decode.IMAGE_EXTENSIONS``."""
+DEFAULT_SHUFFLE_MEMORY = 4 * 2**30
+"""``shuffle_memory``'s default, 4 GiB: 16 shards of ``pack``'s 256 MiB, 64 of 64 MiB."""
 SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
 """What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
 
@@ -71,8 +73,8 @@ class ShardsDatasetSpec(Spec):
     A map-style dataset over the shards' index (``loaderfactory-shards.json`` beside them; built and
     saved by ``run.mode=index``, else built on the fly): ``len()`` is exact, every queue/loader kind
     works over it, and ``shuffle: true`` follows its own order (shards permuted per epoch, samples
-    mixed within ``shuffle_window`` shards). ``urls``, ``index`` and ``storage_options`` may change on
-    resume (the same shards, moved).
+    mixed within ``shuffle_window`` shards, by default as many as fit in ``shuffle_memory``).
+    ``urls``, ``index`` and ``storage_options`` may change on resume (the same shards, moved).
     """
 
     location_fields = frozenset({"urls", "index"})
@@ -105,10 +107,14 @@ class ShardsDatasetSpec(Spec):
     """Remote storage settings (endpoint_url, key, secret, region, ...); else the AWS environment."""
     retries: Annotated[int, Field(ge=0, strict=True)] = 3
     """Retries of a failing remote read, with exponential backoff."""
-    open_shards: Count = 4
-    """Shards kept open at once per process; at least shuffle_window."""
-    shuffle_window: Count = 1
-    """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, opens more shards."""
+    open_shards: Count | None = None
+    """Shards kept open at once per process, at least shuffle_window; null: the window, at least 4."""
+    shuffle_window: Count | Literal["auto"] = "auto"
+    """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, holds more shards;
+    auto: as many of the largest shard as fit in shuffle_memory (1 to 64, at most every shard)."""
+    shuffle_memory: Size = DEFAULT_SHUFFLE_MEMORY
+    """Bytes of shards shuffle_window auto may hold at once, like 4GiB: the page cache the window's
+    local shards are read into, or the cache space its remote shards take."""
     fetch: Literal["whole", "range"] = "whole"
     """whole: a remote shard is fetched whole into the cache once and read locally by all workers;
     range: every read is a byte-range request, nothing cached (sparse reads of huge shards only)."""
@@ -164,10 +170,11 @@ class ShardsDatasetSpec(Spec):
     def _fields_agree(self) -> ShardsDatasetSpec:
         """The format matches the URLs and is readable; enough shards stay open for the window."""
         problems = self._format_problems()
-        if self.open_shards < self.shuffle_window:
+        window = self.shuffle_window
+        if self.open_shards is not None and window != "auto" and self.open_shards < window:
             message = (
-                f"must be ≥ shuffle_window ({self.shuffle_window}): a window's samples come from all its"
-                f" shards, fewer open ones reopen shards constantly; set open_shards={self.shuffle_window}"
+                f"must be ≥ shuffle_window ({window}): a window's samples come from all its"
+                f" shards, fewer open ones reopen shards constantly; set open_shards={window} or null"
             )
             problems.append(("open_shards", message, self.open_shards))
         problems += self._image_problems()
