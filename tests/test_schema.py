@@ -331,7 +331,7 @@ def test_schema_and_spec_agree_on_every_fields_types_ranges_and_enums(model: typ
                 continue  # YAML's .inf/.nan: JSON has neither
             # JSON Schema counts 4.0 as the integer 4, so it says what the library says of 4
             expected = accepts(adapter, value) or accepts(adapter, whole(value))
-            sized = key in ("ram_budget", "limit", "shard_size")
+            sized = key in ("ram_budget", "limit", "shard_size", "shuffle_memory")
             if sized and isinstance(value, str) and value in ZERO_SIZES:
                 expected = True
             if schema.is_valid(value) != expected:

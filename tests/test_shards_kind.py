@@ -43,7 +43,10 @@ def _validate(**fields: Any) -> Any:
             {"urls": ["a.tar", "b.parquet"], "format": "tar"},
             "dataset.urls.1: is a parquet shard but format is tar; set format: auto or parquet",
         ),
-        ({"urls": "a.tar", "shuffle_window": 5}, "dataset.open_shards: must be ≥ shuffle_window \\(5\\)"),
+        (
+            {"urls": "a.tar", "shuffle_window": 5, "open_shards": 4},
+            "dataset.open_shards: must be ≥ shuffle_window \\(5\\)",
+        ),
         (
             {"urls": "a.tar", "predownload": 8, "fetch": "range"},
             "dataset.predownload: fetches shards into the cache, but fetch: range has none",
@@ -75,8 +78,17 @@ def test_a_cache_limit_is_a_size_in_bytes() -> None:
 @pytest.mark.parametrize(
     ("urls", "absent", "message"),
     [
-        ("s3://bucket/train/", "s3fs", 'need s3fs, not installed: pip install "loaderfactory\\[remote\\]"'),
-        ("gs://bucket/train/", "fsspec", "gs:// URLs need fsspec and gcsfs"),
+        ("s3://bucket/train/", "s3fs", 'need s3fs, not installed: pip install "loaderfactory\\[s3\\]"'),
+        (
+            "gs://bucket/train/",
+            "fsspec",
+            'gs:// URLs need fsspec and gcsfs, not installed: pip install "loaderfactory\\[gcs\\]"',
+        ),
+        (
+            "https://host/train/",
+            "aiohttp",
+            'need aiohttp, not installed: pip install "loaderfactory\\[http\\]"',
+        ),
         (
             "data/part-0.parquet",
             "pyarrow",
@@ -87,7 +99,8 @@ def test_a_cache_limit_is_a_size_in_bytes() -> None:
 def test_missing_optional_packages_are_named_with_the_install_command(
     urls: str, absent: str, message: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A remote scheme without the ``remote`` extra, or Parquet without pyarrow, says what to install."""
+    """A remote scheme without its extra (``s3``, ``gcs``, ``http``), or Parquet without pyarrow, names
+    the install command of that extra."""
     gone = {absent, "gcsfs"} if absent == "fsspec" else {absent}
     monkeypatch.setattr(shards_spec, "_installed", lambda package: package not in gone)
     with pytest.raises(ConfigError, match=message):

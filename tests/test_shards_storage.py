@@ -192,3 +192,28 @@ def test_a_signed_url_the_server_rejects_is_a_refusal(s3: S3Server, tmp_path: Pa
     assert (tmp_path / "copy").read_bytes() == b"abc" * 100
     with open(tmp_path / "copy", "wb") as out, pytest.raises(signed_get.SignedUrlRefused, match="403"):
         signed_get.get_into(signed.replace("Signature=", "Signature=0"), 0, 300, out, None, 10)
+
+
+@pytest.mark.parametrize(
+    ("url", "package", "extra"),
+    [
+        ("s3://b/x.tar", "s3fs", "s3"),
+        ("gs://b/x.tar", "gcsfs", "gcs"),
+        ("https://h/x.tar", "aiohttp", "http"),
+    ],
+)
+def test_a_scheme_without_its_package_names_its_extra(
+    url: str, package: str, extra: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A remote URL whose fsspec implementation cannot be imported names the package and the scheme's own
+    extra (not every remote package at once)."""
+    import fsspec
+
+    def missing(protocol: str) -> None:
+        raise ImportError(f"No module named {package!r}")
+
+    monkeypatch.setattr(fsspec, "get_filesystem_class", missing)
+    with pytest.raises(
+        ImportError, match=rf'need fsspec and {package}: pip install "loaderfactory\[{extra}\]"'
+    ):
+        Storage().size(url)

@@ -61,7 +61,7 @@ def urls(tmp_path: Path) -> list[str]:
 
 
 def _shards(urls: list[str], **options: Any) -> ShardsDataset:
-    return ShardsDataset(urls, progress=False, **({"open_shards": 2} | options))
+    return ShardsDataset(urls, progress=False, **({"open_shards": 2, "shuffle_window": 1} | options))
 
 
 def _read(dataset: Any = None, config: dict[str, Any] | None = None, shuffle: bool = True) -> list[int]:
@@ -122,7 +122,12 @@ def test_a_subset_of_a_hiding_wrapper_is_warned_about(urls: list[str]) -> None:
 
 def test_the_wrappers_given_by_target(urls: list[str]) -> None:
     """The same through ``_target_``: the plain wrapper warned about, the forwarding one in order."""
-    inner = {"_target_": "loaderfactory.shards.ShardsDataset", "urls": urls, "open_shards": 2}
+    inner = {
+        "_target_": "loaderfactory.shards.ShardsDataset",
+        "urls": urls,
+        "open_shards": 2,
+        "shuffle_window": 1,
+    }
     with pytest.warns(UserWarning, match="Augmented wraps a ShardsDataset"):
         ids = _read(config={"dataset": {"_target_": f"{HERE}.Augmented", "dataset": inner}})
     assert sorted(ids) == list(range(TOTAL))
@@ -168,7 +173,8 @@ def test_the_command_reports_the_reopened_shards(urls: list[str], tmp_path: Path
     )
     folder = str(Path(urls[0]).parent) + "/"
     inner = (
-        f"{{_target_: loaderfactory.shards.ShardsDataset, urls: '{folder}', open_shards: 2, progress: false}}"
+        f"{{_target_: loaderfactory.shards.ShardsDataset, urls: '{folder}', open_shards: 2,"
+        " shuffle_window: 1, progress: false}"
     )
     done = run_command(
         tmp_path,

@@ -6,6 +6,7 @@ from collections.abc import Callable
 from typing import Any
 
 from loaderfactory.builders.targets import instantiate_target
+from loaderfactory.components.data.transforms import Compose
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import Spec
 from loaderfactory.config.specs.target import TargetSpec
@@ -34,3 +35,13 @@ def _by_type(table: registry.Table, spec: Spec) -> registry.Entry:
         if type(spec) is entry.spec:
             return entry
     raise LookupError(f"no {table} kind is registered with spec {type(spec).__name__}")
+
+
+def build_transforms(refs: Any, path: str) -> Callable[..., Any] | None:
+    """One transform from a spec, or a :class:`Compose` from a list of them; errors name ``path``."""
+    if refs is None:
+        return None
+    if isinstance(refs, list):
+        built = (build_helper("transform", ref, f"{path}.{i}") for i, ref in enumerate(refs))
+        return Compose([t for t in built if t is not None])
+    return build_helper("transform", refs, path)

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.distributed import detect_distributed
-from loaderfactory.builders.helpers import build_helper
-from loaderfactory.components.data.transforms import Compose
+from loaderfactory.builders.helpers import build_helper, build_transforms
 from loaderfactory.components.queue.dataset import QueueDataset
 from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem, LimitError
-
-
-def build_transforms(refs: Any, path: str) -> Callable[..., Any] | None:
-    """One transform from a spec, or a :class:`Compose` from a list of them; errors name ``path``."""
-    if refs is None:
-        return None
-    if isinstance(refs, list):
-        built = (build_helper("transform", ref, f"{path}.{i}") for i, ref in enumerate(refs))
-        return Compose([t for t in built if t is not None])
-    return build_helper("transform", refs, path)
 
 
 def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext) -> QueueDataset:

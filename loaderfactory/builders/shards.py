@@ -11,8 +11,9 @@ from typing import Any
 import numpy as np
 
 from loaderfactory.builders import BuildContext
+from loaderfactory.builders.helpers import build_transforms
 from loaderfactory.config.registry import CONTRACT_LENGTH
-from loaderfactory.config.specs.shards import REMOTE_EXTRA, ShardsDatasetSpec
+from loaderfactory.config.specs.shards import ShardsDatasetSpec
 from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
 from loaderfactory.shards import (
     ShardInfo,
@@ -35,6 +36,8 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
         extra.update(cache_dir=spec.cache.dir, cache_limit=spec.cache.limit)
     if spec.predownload:
         extra["predownload"] = spec.predownload
+    # Built outside the `try`: a transform's own ConfigError is a ValueError too, and keeps its path.
+    transforms = build_transforms(spec.transforms, "dataset.transforms")
     try:
         return ShardsDataset(
             spec.urls,
@@ -43,21 +46,26 @@ def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext)
             fields=spec.fields,
             metadata=spec.metadata,
             decode=spec.decode,
+            image_size=spec.image_size,
+            image_mode=spec.image_mode,
             storage_options=spec.storage_options,
             retries=spec.retries,
             open_shards=spec.open_shards,
             shuffle_window=spec.shuffle_window,
+            shuffle_memory=spec.shuffle_memory,
             shard_format=spec.format,
             fetch=spec.fetch,
             local_read_ahead=spec.local_read_ahead,
             progress=context.progress,
+            transforms=transforms,
+            seed=context.seed,
             **extra,
         )
     except FileNotFoundError as err:
         field = "dataset.index" if spec.index is not None and spec.index in str(err) else "dataset.urls"
         raise ConfigError(ConfigProblem(field, f"{err}; check the URL (and the bucket)")) from err
-    except ImportError as err:
-        raise ConfigError(ConfigProblem("dataset.urls", f"{err} ({REMOTE_EXTRA})")) from err
+    except ImportError as err:  # the storage names the scheme's extra
+        raise ConfigError(ConfigProblem("dataset.urls", str(err))) from err
     except CacheError as err:  # a cache folder that cannot be written
         raise ConfigError(ConfigProblem("dataset.cache.dir", str(err))) from err
     except CacheLimitError as err:

@@ -61,9 +61,14 @@ def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any 
         seed: the shuffle's seed; every rank must pass the same one.
         epoch: the epoch (each has its own permutation).
         shuffle: ``False``: ``0, 1, ..., length - 1``.
-        dataset: when it is an :class:`OrderedDataset`, its ``epoch_order`` gives the shuffled order.
+        dataset: when it is an :class:`OrderedDataset`, its ``epoch_order`` gives the shuffled order;
+            unshuffled, a dataset with ``set_epoch`` (the ``DistributedSampler`` convention) is told
+            the epoch, so what it draws per epoch (random transforms) differs between epochs.
     """
     if not shuffle:
+        numbered = getattr(dataset, "set_epoch", None)
+        if callable(numbered):
+            numbered(epoch)
         return list(range(length))
     own = order_of(dataset)
     if own is not None:

@@ -33,12 +33,18 @@ from loaderfactory.hydra.exits import (
 )
 from loaderfactory.hydra.interrupts import interrupt_once, raise_held
 
+S3_SERVER = "s3-server"
+"""``loaderfactory s3-server ...``: :mod:`loaderfactory.testing.s3_command`."""
 _APP_NAMES = frozenset({"run_app", "kinds_help", "summary_lines", "worker_error_message", "Job"})
 """The app's names that code importing them from here (as before the entry point was split off) finds."""
 
 
 def main() -> None:
     """Console entry point (``loaderfactory``)."""
+    if sys.argv[1:2] == [S3_SERVER]:  # a sub-command of its own, before Hydra reads the command line
+        from loaderfactory.testing.s3_command import main as s3_server
+
+        raise SystemExit(s3_server(sys.argv[2:]))
     interrupt_once()
     sys.stdout = GuardedStdout(sys.stdout)
     try:

@@ -144,6 +144,9 @@ def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:
             num_workers=options.num_workers,
             storage_options=options.storage_options,
             progress=spec.run.progress,
+            encode=options.encode,
+            shuffle=options.shuffle,
+            seed=options.seed,
         )
     except ArgumentError as err:
         path = "dataset" if err.argument == "dataset" else f"pack.{err.argument}"

@@ -59,8 +59,9 @@ def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
 
 
 def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[Any]:
-    """``[dataset[i] for i in indices]``, each run of consecutive samples of a shard read at once;
-    fixed-size ``.npy`` fields of local tar shards straight into batch tensors (``StackedItems``)."""
+    """``[dataset.read_sample(i) for i in indices]``, each run of consecutive samples of a shard read
+    at once; fixed-size ``.npy`` fields of local tar shards straight into batch tensors
+    (``StackedItems``)."""
     runs = batch_runs(dataset._ends, indices)
     if len(indices) > 1 and all(shard >= 0 for _, _, shard, _ in runs):
         stacked = _read_stacked(dataset, indices, runs)
@@ -70,7 +71,7 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[Any]:
     for first, stop, shard, local in runs:
         run = indices[first:stop]
         if shard < 0 or stop - first == 1:
-            out.extend(dataset[index] for index in run)
+            out.extend(dataset.read_sample(index) for index in run)
         else:
             out.extend(_read_run(dataset, run, shard, local))
     return out
@@ -147,10 +148,11 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
         )
         raise in_sample(err, where) from err
     except Exception:  # noqa: BLE001 - read again one by one: dataset[i] raises, naming the sample
-        return [dataset[index] for index in run]
+        return [dataset.read_sample(index) for index in run]
     shape = dataset.shape
     items = [shape(sample, url) for sample in samples]
     if shape.keys and any(shape.absent(item) for item in items):
-        return [dataset[index] for index in run]  # raises the ShardError naming the missing field
+        # Read again one by one: raises the ShardError naming the missing field.
+        return [dataset.read_sample(index) for index in run]
     dataset.counters.add("samples", len(items))
     return items

@@ -9,7 +9,7 @@ import logging
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import Any
 
 from torch.utils.data import Dataset, get_worker_info
@@ -18,7 +18,7 @@ from loaderfactory.shards.batch_read import read_batch
 from loaderfactory.shards.broadcast import on_rank_zero
 from loaderfactory.shards.cache import ShardCache, human_bytes
 from loaderfactory.shards.cached_shard import CachedShard, Shard
-from loaderfactory.shards.decode import Decode
+from loaderfactory.shards.decode import Decode, decoding
 from loaderfactory.shards.errors import READ_ERRORS, ShardChangedError, ShardError, in_sample
 from loaderfactory.shards.index import ShardInfo, build_index, find_shard_index, index_url, read_index
 from loaderfactory.shards.index_cache import cached_index_path, forget, index_through_cache
@@ -31,6 +31,13 @@ from loaderfactory.shards.private_folder import PrivateFolder
 from loaderfactory.shards.published_order import PublishedOrder
 from loaderfactory.shards.read_ahead import ReadAhead, job_spans_machines
 from loaderfactory.shards.read_ahead import supported as read_ahead_supported
+from loaderfactory.shards.sample_transforms import SampleTransforms
+from loaderfactory.shards.shuffle_window import (
+    DEFAULT_OPEN_SHARDS,
+    DEFAULT_SHUFFLE_MEMORY,
+    resolve_window,
+    window_bytes,
+)
 from loaderfactory.shards.stats import ShardStats, summarise
 from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 from loaderfactory.shards.tar_format import TarShard
@@ -68,12 +75,21 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         metadata: add ``__key__`` and ``__url__`` to the dict items of packed shards (raw samples
             always have them); refused (ArgumentError) for tuple, list and single-value items.
         decode: True (every known extension), False (bytes), or the extensions to decode.
+        image_size: decoded images come out this size: ``224`` (square) or ``(height, width)``;
+            JPEGs decode scaled down by libjpeg first (:mod:`.media`). None: as stored.
+        image_mode: decoded images in this mode: ``"RGB"`` (3 channels), ``"L"`` (1), ``"RGBA"``
+            (4); None: as stored.
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
         open_shards: how many shards stay open (open Parquet shards keep the row groups they read,
             up to 256 MiB a process for all of them:
-            :data:`~loaderfactory.shards.row_groups_held.ROW_GROUPS_HELD_BYTES`).
-        shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`).
+            :data:`~loaderfactory.shards.row_groups_held.ROW_GROUPS_HELD_BYTES`); None: the
+            window, at least 4. A shuffled epoch needs at least the window.
+        shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`);
+            ``"auto"``: as many of the largest shard as fit in ``shuffle_memory``, 1 to 64
+            (:mod:`~loaderfactory.shards.shuffle_window`).
+        shuffle_memory: the bytes of shards an automatic window may hold at once (page cache for
+            local shards, cache space for remote ones).
         shard_format: ``"tar"`` or ``"parquet"`` for shards indexed here whatever their extension;
             ``"auto"``: by extension.
         cache_dir: a local folder to fetch remote shards into, whole, before reading them (shared
@@ -97,8 +113,13 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             and the next one when shards are read in stored order (:mod:`.read_ahead`); off where
             the job's ranks span machines.
         progress: show a progress bar on stderr while indexing shards that have no index.
+        transforms: applied to each sample after it is read, where it is read: ``f(item, generator)``
+            or ``f(item)``, or a list of them in order (:mod:`.sample_transforms`).
+        seed: seeds the transforms' draws, with the epoch and the index; None: the shuffle's seed.
 
     Attributes:
+        shuffle_window: the window in shards (``"auto"`` resolved from the index).
+        shuffle_window_setting: the ``shuffle_window`` argument as given (``"auto"`` or a count).
         cache_is_private: True when remote shards go to the private temporary folder (no ``cache_dir``).
         index_source: where the index came from: its URL, ``"given"``, the index kept in
             ``cache_dir`` (:mod:`.index_cache`), or ``"built"`` (no index beside the shards: each
@@ -118,10 +139,13 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         fields: str = "item",
         metadata: bool = False,
         decode: Decode = True,
+        image_size: int | Sequence[int] | None = None,
+        image_mode: str | None = None,
         storage_options: dict[str, Any] | None = None,
         retries: int = 3,
-        open_shards: int = 4,
-        shuffle_window: int = 1,
+        open_shards: int | None = None,
+        shuffle_window: int | str = "auto",
+        shuffle_memory: int = DEFAULT_SHUFFLE_MEMORY,
         shard_format: str = "auto",
         cache_dir: str | None = None,
         cache_limit: int | None = None,
@@ -129,9 +153,13 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         fetch: str = "whole",
         local_read_ahead: bool = True,
         progress: bool = True,
+        transforms: Callable[..., Any] | Sequence[Callable[..., Any]] | None = None,
+        seed: int | None = None,
     ) -> None:
         self.progress = progress
+        decode = decoding(decode, image_size, image_mode)
         _check_arguments(open_shards, shuffle_window, predownload, fetch, cache_dir)
+        self.transforms = None if transforms is None else SampleTransforms(transforms, seed)
         self.counters = ShardStats()  # every reading process adds to it: see stats()
         self.storage = Storage(storage_options, retries, stats=self.counters)
         self.shard_format, self.fetch = shard_format, fetch
@@ -142,8 +170,15 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         if self.cache is not None:
             self.cache.expect(self.shards, check_reuse=self._kept_index[1] if self._kept_index else ())
             self.cache.evict_unversioned(info.url for info in self.shards)
-        self.keys, self.decode, self.open_shards = tuple(keys), decode, open_shards
-        self.shuffle_window = shuffle_window
+        self.keys, self.decode = tuple(keys), decode
+        self.shuffle_window_setting, self.shuffle_memory = shuffle_window, shuffle_memory
+        self.shuffle_window = resolve_window(
+            shuffle_window, [info.bytes for info in self.shards], shuffle_memory
+        )
+        self.open_shards_given = open_shards is not None
+        self.open_shards = (
+            max(DEFAULT_OPEN_SHARDS, self.shuffle_window) if open_shards is None else open_shards
+        )
         self._ends = list(itertools.accumulate(info.samples for info in self.shards))
         self._open: OrderedDict[int, Shard] = OrderedDict()
         self._lock = threading.Lock()
@@ -267,12 +302,50 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         """The shuffled order of an epoch: shards permuted, samples mixed within ``shuffle_window``
         shards at a time (:func:`~loaderfactory.shards.order.window_order`); the order engine's
         ``OrderedDataset`` protocol, so ``shuffle: true`` on every kind follows it."""
+        self.check_window()
         counts = [info.samples for info in self.shards]
         order: list[int] = window_order(counts, seed, epoch, self.shuffle_window).tolist()
         self.visit_order, self._visit_epoch = order, (seed, epoch)  # what predownload follows
+        if self.transforms is not None:
+            self.transforms.set_epoch(epoch, seed)
         if self._published is not None and self.predownload:  # before the epoch's first index is sent
             self._published.publish(seed, epoch)
         return order
+
+    def set_epoch(self, epoch: int) -> None:
+        """Number the epoch the transforms draw for (a shuffled epoch is numbered by its order)."""
+        if self.transforms is not None:
+            self.transforms.set_epoch(epoch)
+
+    def window_problem(self) -> str | None:
+        """Why a shuffled epoch could not hold its window: ``open_shards`` below it, or a set
+        ``cache.limit`` below its remote shards' bytes; None when it can."""
+        window = self.shuffle_window
+        how = f"shuffle_window={window}" + (
+            " (auto, from shuffle_memory)" if self.shuffle_window_setting == "auto" else ""
+        )
+        if self.open_shards < window:
+            return (
+                f"open_shards={self.open_shards} is below {how}: a shuffled epoch would reopen a shard"
+                f" for nearly every sample; set open_shards ≥ {window} or leave it unset (it follows"
+                f" the window), or set shuffle_window ≤ {self.open_shards}"
+            )
+        remote = [info.bytes for info in self.shards if is_remote(info.url)]
+        held = window_bytes(remote, window)
+        limit = None if self.cache is None else self.cache.limit
+        if limit is not None and remote and limit < held + max(remote):
+            return (
+                f"cache.limit {human_bytes(limit)} cannot hold {how}: its shards take up to"
+                f" {human_bytes(held)} and one more is fetched beside them; raise cache.limit to"
+                f" {human_bytes(held + max(remote))} or lower shuffle_memory / shuffle_window"
+            )
+        return None
+
+    def check_window(self) -> None:
+        """ValueError saying what to set when a shuffled epoch could not hold its window."""
+        problem = self.window_problem()
+        if problem is not None:
+            raise ValueError(problem)
 
     def uniform_order_cost(self) -> str | None:
         """What a uniform shuffle costs beside :meth:`epoch_order` (for a wrapper that hides it);
@@ -292,6 +365,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return shard, index - (self._ends[shard - 1] if shard else 0)
 
     def __getitem__(self, index: int) -> Any:
+        """Sample ``index`` (:meth:`read_sample`), transformed."""
+        sample = self.read_sample(index)
+        return sample if self.transforms is None else self.transforms.apply([sample], [index], len(self))[0]
+
+    def read_sample(self, index: int) -> Any:
+        """Sample ``index`` as read (the item as packed, or the raw sample), before ``transforms``."""
         position = index if index >= 0 else index + len(self)
         shard, local = self.locate(position)
         url = self.shards[shard].url
@@ -311,8 +390,9 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return item
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """``[self[i] for i in indices]``, a shard's runs read at once (:mod:`.batch_read`)."""
-        return read_batch(self, indices)
+        """``[self[i] for i in indices]``: a shard's runs read at once (:mod:`.batch_read`), transformed."""
+        samples = read_batch(self, indices)
+        return samples if self.transforms is None else self.transforms.apply(samples, indices, len(self))
 
     def _opened(self, number: int, position: int, first: int | None = None) -> Shard:
         """Shard ``number``, opened for reading samples ``first`` (default: ``position``) to
@@ -480,6 +560,8 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             following.close()
         if self._private is not None:
             self._private.remove()
+        if self.transforms is not None:
+            self.transforms.close()
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -493,12 +575,12 @@ class ShardsDataset(Dataset[dict[str, Any]]):
 
 
 def _check_arguments(
-    open_shards: int, shuffle_window: int, predownload: int, fetch: str, cache_dir: str | None
+    open_shards: int | None, shuffle_window: int | str, predownload: int, fetch: str, cache_dir: str | None
 ) -> None:
     """ValueError for an argument out of its range, or ``fetch="range"`` with a cache."""
-    for name, value, least in (("open_shards", open_shards, 1), ("shuffle_window", shuffle_window, 1)):
-        if value < least:
-            raise ValueError(f"{name} must be ≥ {least}, got {value}")
+    if open_shards is not None and open_shards < 1:
+        raise ValueError(f"open_shards must be ≥ 1, got {open_shards}")
+    resolve_window(shuffle_window, [], 1)  # "auto" or a count ≥ 1
     if predownload < 0:
         raise ValueError(f"predownload must be ≥ 0, got {predownload}")
     if fetch not in ("whole", "range"):

@@ -2,24 +2,41 @@
 
 ``.npy`` → tensor, ``.pt``/``.pth`` → as saved (``weights_only=True``), ``.json`` → object,
 ``.txt`` → str, ``.cls``/``.idx`` → int, ``.jpg``/``.jpeg``/``.png``/``.webp`` → uint8 CHW tensor
-(through Pillow, when installed; else bytes), anything else → bytes.
+(through Pillow, at a size and mode :class:`Decoding` may ask for: :mod:`.media`; without Pillow an
+ImportError saying how to install it or keep bytes), anything else → bytes.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import json
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from loaderfactory.shards.errors import ShardError
+from loaderfactory.shards.media import ImageDecoding, image_size, image_tensor
 from loaderfactory.shards.npy import npy_tensor
 
-Decode = bool | Collection[str]
-"""``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those."""
+NATIVE = ImageDecoding()
+"""Images decoded whole, in their stored mode."""
+
+
+@dataclass(frozen=True)
+class Decoding:
+    """Which extensions decode (``extensions``: as ``decode`` says) and how images decode."""
+
+    extensions: bool | Collection[str] = True
+    image: ImageDecoding = NATIVE
+
+
+Decode = bool | Collection[str] | Decoding
+"""``True``: decode every known extension; ``False``: keep bytes; a collection: decode only those;
+a :class:`Decoding`: one of those, with images at a size or mode."""
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp")
 
 
@@ -32,18 +49,6 @@ def _npy(data: bytes | memoryview) -> torch.Tensor:
 
 def _pt(data: bytes) -> Any:
     return torch.load(io.BytesIO(data), weights_only=True)
-
-
-def _image(data: bytes) -> Any:
-    try:
-        from PIL import Image
-    except ImportError:  # images stay bytes without Pillow, as documented
-        return data
-    with Image.open(io.BytesIO(data)) as image:
-        array = np.asarray(image)
-    if array.ndim == 2:
-        array = array[:, :, None]
-    return torch.from_numpy(np.ascontiguousarray(array.transpose(2, 0, 1)))
 
 
 def _int(data: bytes | memoryview) -> int:
@@ -63,8 +68,19 @@ DECODERS: dict[str, Callable[[Any], Any]] = {
     "txt": lambda data: data.decode("utf-8"),
     "cls": _int,
     "idx": _int,
-    **dict.fromkeys(IMAGE_EXTENSIONS, _image),
+    **dict.fromkeys(IMAGE_EXTENSIONS, image_tensor),
 }
+
+
+def decoding(decode: Decode, size: int | Sequence[int] | None = None, mode: str | None = None) -> Decode:
+    """``decode`` with images decoded at ``size`` (``224`` or ``[h, w]``) and in ``mode`` (RGB, L,
+    RGBA); ``decode`` itself when neither is given. ValueError for a bad size or mode."""
+    if size is None and mode is None:
+        return decode
+    extensions = decode.extensions if isinstance(decode, Decoding) else decode
+    if not isinstance(extensions, bool):
+        extensions = frozenset(extensions)
+    return Decoding(extensions, ImageDecoding(image_size(size), mode))
 
 
 def extension(field: str) -> str:
@@ -80,11 +96,16 @@ def field_decoder(field: str, decode: Decode = True) -> Callable[[bytes | memory
     """What turns the data of ``field`` into its value: its extension's decoder when ``decode`` asks
     for it, else ``bytes``. A ``.npy`` field decodes from a memoryview without a copy (its tensor
     shares a writable buffer; a read-only one is copied); every other decoder gets ``bytes``."""
+    extensions, image = (
+        (decode.extensions, decode.image) if isinstance(decode, Decoding) else (decode, NATIVE)
+    )
     ext = extension(field)
-    wanted = decode if isinstance(decode, bool) else ext in decode
+    wanted = extensions if isinstance(extensions, bool) else ext in extensions
     decoder = DECODERS.get(ext)
     if not wanted or decoder is None:
         return bytes
+    if decoder is image_tensor:
+        return functools.partial(image_tensor, decoding=image)
     return decoder if decoder in (_npy, _int) else _as_bytes(decoder)
 
 

@@ -1,4 +1,5 @@
-"""Exceptions of the shards reader: each names the URL (and the sample) it is about."""
+"""Exceptions of the shards reader, each naming the URL (and the sample) it is about, and of ``pack``,
+naming the item."""
 
 from __future__ import annotations
 
@@ -13,6 +14,10 @@ class ShardError(LoaderFactoryError, ValueError):
 class ShardChangedError(ShardError):
     """A shard the store now holds in another version than its index says (another size or ETag):
     replaced since it was indexed."""
+
+
+class PackError(LoaderFactoryError, ValueError):
+    """An item that cannot be written as a shard sample; the message names the item and the field."""
 
 
 class StorageError(LoaderFactoryError, OSError):

@@ -20,12 +20,14 @@ from typing import Any
 
 from torch.utils.data import DataLoader, Dataset, IterableDataset
 
+from loaderfactory.components.order import permutation
 from loaderfactory.components.workers.torch_internals import finish_shutdown
 from loaderfactory.errors import ArgumentError
 from loaderfactory.progress import ProgressBar
 from loaderfactory.shards.index import INDEX_NAME, ShardInfo, save_index
 from loaderfactory.shards.item_layout import ItemLayout, LayoutRecorder, item_type
 from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
+from loaderfactory.shards.pack_images import ImageEncoding
 from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
 from loaderfactory.shards.storage import Storage
 from loaderfactory.shards.urls import is_shard
@@ -69,6 +71,9 @@ def pack(
     num_workers: int = 0,
     storage_options: Mapping[str, Any] | None = None,
     progress: bool = True,
+    encode: Mapping[str, Any] | None = None,
+    shuffle: bool = False,
+    seed: int = 0,
 ) -> PackResult:
     """Write ``dataset`` as shards in the folder or prefix ``out`` and index them.
 
@@ -83,6 +88,15 @@ def pack(
         num_workers: worker processes reading and encoding items (map-style datasets only).
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         progress: a tqdm bar on stderr.
+        encode: image fields stored encoded, field → ``"jpg"`` (``"jpeg"``, ``"png"``, ``"webp"``)
+            or ``{"format": "jpg", "quality": 90}``: bytes are stored as they are under that
+            extension (checked to be that format), PIL images encoded so (jpg, webp at quality 95
+            unless given). PIL images are stored encoded without it too: as the file they were
+            opened from, else in their own format, else PNG (:mod:`.pack_images`).
+        shuffle: write the items in a random order seeded by ``seed`` (map-style datasets only), so
+            that shards of data stored in class order each hold every class; an item keeps its
+            dataset index as its key (``__key__``), so ids stay traceable to the dataset.
+        seed: the seed of that order (the same seed, the same shards).
 
     Raises:
         ArgumentError: a bad argument, named (``out`` already holding shards, say).
@@ -90,6 +104,7 @@ def pack(
             another type than the first (a tuple among dicts).
     """
     limit = shard_limit(shard_size)
+    encodings = image_encodings(encode)
     if format not in BUILDERS:
         raise ArgumentError("format", f"format must be one of {', '.join(BUILDERS)}, got {format!r}")
     if num_workers < 0:
@@ -98,7 +113,7 @@ def pack(
     folder = out if out.endswith("/") else f"{out}/"
     _refuse_written(storage, folder)
     start = time.perf_counter()
-    total, items = _encoded_items(dataset, num_workers)
+    total, items = _encoded_items(dataset, num_workers, encodings, shuffle, seed)
     width = max(6, len(str(total - 1))) if total else 9
     with ProgressBar(total=total, desc="packing", unit="item", disable=not progress) as bar:
         try:
@@ -122,6 +137,19 @@ def shard_limit(shard_size: int | str) -> int:
     if isinstance(shard_size, bool) or not isinstance(shard_size, int) or shard_size < 1:
         raise ArgumentError("shard_size", f"shard_size must be a size ≥ 1 byte, got {shard_size!r}")
     return shard_size
+
+
+def image_encodings(encode: Mapping[str, Any] | None) -> dict[str, ImageEncoding]:
+    """``encode`` checked (by the ``pack.encode`` spec's rule): field → :class:`ImageEncoding`."""
+    if not encode:
+        return {}
+    from loaderfactory.config.specs.pack import image_encodings as checked  # pydantic only when given
+
+    try:
+        specs = checked(encode)
+    except ValueError as err:
+        raise ArgumentError("encode", str(err)) from err
+    return {field: ImageEncoding(spec.format, spec.quality) for field, spec in specs.items()}
 
 
 def _refuse_written(storage: Storage, folder: str) -> None:
@@ -201,26 +229,26 @@ class _EncodedItems(Dataset[Encoded]):
     """``(i, type of item i, its fields)``: the dataset read and encoded where it is read (in the
     workers)."""
 
-    def __init__(self, dataset: Any) -> None:
-        self.dataset = dataset
+    def __init__(self, dataset: Any, encode: Mapping[str, ImageEncoding]) -> None:
+        self.dataset, self.encode = dataset, encode
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index: int) -> Encoded:
-        return _encode(self.dataset, index)
+        return _encode(self.dataset, index, self.encode)
 
 
-def _encode(dataset: Any, index: int) -> Encoded:
+def _encode(dataset: Any, index: int, encode: Mapping[str, ImageEncoding]) -> Encoded:
     try:
         item = dataset[index]
     except Exception as err:
         raise PackError(f"item {index}: the dataset raised {type(err).__name__}: {err}") from err
-    return _encoded(item, index)
+    return _encoded(item, index, encode)
 
 
-def _encoded(item: Any, index: int) -> Encoded:
-    return index, item_type(item), item_fields(item, index)
+def _encoded(item: Any, index: int, encode: Mapping[str, ImageEncoding]) -> Encoded:
+    return index, item_type(item), item_fields(item, index, encode)
 
 
 def _keep(sample: Any) -> Any:
@@ -246,15 +274,23 @@ class _Items:
             self._workers = None
 
 
-def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
-    """The number of items (None when unknown) and the encoded items, in order."""
+def _encoded_items(
+    dataset: Any, num_workers: int, encode: Mapping[str, ImageEncoding], shuffle: bool, seed: int
+) -> tuple[int | None, _Items]:
+    """The number of items (None when unknown) and the encoded items, in order (in a permutation
+    seeded by ``seed`` with ``shuffle``)."""
     map_style = not isinstance(dataset, IterableDataset) and hasattr(dataset, "__getitem__")
     if map_style and hasattr(dataset, "__len__"):
         total = len(dataset)
+        order = permutation(total, seed, 0) if shuffle else range(total)
         if num_workers == 0:
-            return total, _Items(_encode(dataset, i) for i in range(total))
+            return total, _Items(_encode(dataset, i, encode) for i in order)
         loader = DataLoader(
-            _EncodedItems(dataset), batch_size=None, num_workers=num_workers, collate_fn=_keep
+            _EncodedItems(dataset, encode),
+            batch_size=None,
+            sampler=order,
+            num_workers=num_workers,
+            collate_fn=_keep,
         )
         workers = iter(loader)
         return total, _Items(workers, workers)
@@ -262,10 +298,16 @@ def _encoded_items(dataset: Any, num_workers: int) -> tuple[int | None, _Items]:
         raise ArgumentError(
             "dataset", f"a {type(dataset).__name__} is no dataset: it has neither len() and [i] nor iter()"
         )
+    if shuffle:
+        raise ArgumentError(
+            "shuffle",
+            "shuffle needs a map-style dataset (len() and [i]) to permute; an iterable one is written "
+            "in the order it yields: set shuffle=False",
+        )
     if num_workers:
         raise ArgumentError(
             "num_workers",
             "num_workers must be 0 for an iterable dataset, which this process reads (workers would "
             "each read all of it); or give a map-style dataset (len() and [i])",
         )
-    return None, _Items(_encoded(item, i) for i, item in enumerate(dataset))
+    return None, _Items(_encoded(item, i, encode) for i, item in enumerate(dataset))

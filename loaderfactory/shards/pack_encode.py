@@ -14,6 +14,11 @@ numpy array or numpy scalar                            ``key.npy``  a tensor of 
 ``int``                                                ``key.cls``  the int
 ``str``                                                ``key.txt``  the str
 ``bytes``, ``bytearray``                               ``key.bin``  bytes
+bytes that ``encode`` marks (``{"key": "jpg"}``, png,  ``key.jpg``  a uint8 CHW tensor (Pillow); the bytes
+webp), checked to be that format                                    with ``decode=False``
+a PIL image (:mod:`.pack_images`)                      ``key.png``  a uint8 CHW tensor of its pixels (or
+                                                                    ``.jpg``/``.webp``: its own format,
+                                                                    or the one ``encode`` asks)
 ``bool``, ``float``, ``None``, lists and dicts of      ``key.json`` the equal value
 those with string keys
 tuples, and lists or dicts holding tensors or bytes    ``key.pt``   as saved (``torch.load`` weights-only)
@@ -21,7 +26,7 @@ tuples, and lists or dicts holding tensors or bytes    ``key.pt``   as saved (``
 
 A dict item gives one field per key; a tuple or list item the fields ``0``, ``1``, ...; any other
 item the one field ``item``. Nested dicts are kept whole in one field (``.json`` or ``.pt``), never
-flattened. Anything else (a PIL image, an object) raises :class:`PackError` naming the item, the field
+flattened. Anything else (an object, a set) raises :class:`PackError` naming the item, the field
 and where the value lies inside it (``meta.tags``).
 """
 
@@ -36,30 +41,39 @@ from typing import Any
 import numpy as np
 import torch
 
-from loaderfactory.errors import LoaderFactoryError
+from loaderfactory.shards.errors import PackError as PackError  # importable from here, as before
+from loaderfactory.shards.pack_images import ImageEncoding, image_field
 
 Fields = dict[str, bytes]
 """A sample's fields: ``"image.pt"`` → the bytes of the tar member (or Parquet cell)."""
 
 
-class PackError(LoaderFactoryError, ValueError):
-    """An item that cannot be written as a shard sample; the message names the item and the field."""
-
-
-def item_fields(item: Any, index: int) -> Fields:
-    """The fields of ``item`` (number ``index`` of the dataset), each encoded by its value's type."""
+def item_fields(item: Any, index: int, encode: Mapping[str, ImageEncoding] | None = None) -> Fields:
+    """The fields of ``item`` (number ``index`` of the dataset), each encoded by its value's type, or
+    as ``encode`` asks for the image fields it names (field → :class:`ImageEncoding`)."""
     if isinstance(item, Mapping):
         named = list(item.items())
     elif isinstance(item, tuple | list):
         named = [(str(number), value) for number, value in enumerate(item)]
     else:
         named = [("item", item)]
+    encode = encode or {}
     fields: Fields = {}
     for key, value in named:
         _check_key(key, index)
-        extension, data = encode_value(value, index, key)
+        extension, data = encode_value(value, index, key, encode.get(key))
         fields[f"{key}.{extension}"] = data
+    _check_encoded_fields_exist(encode, [key for key, _ in named], index)
     return fields
+
+
+def _check_encoded_fields_exist(encode: Mapping[str, ImageEncoding], keys: list[Any], index: int) -> None:
+    missing = sorted(set(encode) - set(keys))
+    if missing:
+        raise PackError(
+            f"item {index}: encode names the field(s) {missing}, which the item lacks (its fields: "
+            f"{[str(key) for key in keys]}); name fields the items have"
+        )
 
 
 def _check_key(key: Any, index: int) -> None:
@@ -72,8 +86,18 @@ def _check_key(key: Any, index: int) -> None:
         )
 
 
-def encode_value(value: Any, index: int, key: str) -> tuple[str, bytes]:
-    """``(extension, bytes)`` for one value; PackError naming the item and field when none fits."""
+def encode_value(
+    value: Any, index: int, key: str, encoding: ImageEncoding | None = None
+) -> tuple[str, bytes]:
+    """``(extension, bytes)`` for one value; PackError naming the item and field when none fits.
+
+    ``encoding`` marks the field as an image (:mod:`~loaderfactory.shards.pack_images`): bytes are
+    kept as they are once checked to be that format, a PIL image is encoded so; a PIL image is
+    stored as an image file without it too.
+    """
+    image = image_field(value, encoding, f"item {index}, field {key!r}")
+    if image is not None:
+        return image
     if isinstance(value, torch.Tensor):
         array = _plain_array(value)
         if array is not None:  # .npy: a tenth of torch.save's size for small tensors, faster to read

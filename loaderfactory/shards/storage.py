@@ -1,7 +1,8 @@
 """Read and write objects by URL: local paths and ``file://`` directly, remote schemes through fsspec.
 
-Remote schemes need the ``remote`` extra (``pip install loaderfactory[remote]``: fsspec with s3fs
-for ``s3://`` and gcsfs for ``gs://``; ``http(s)://`` uses aiohttp, which s3fs brings). S3 settings
+Remote schemes need fsspec and a package of their own, which their extra installs
+(:mod:`loaderfactory.remote_extras`: ``pip install "loaderfactory[s3]"`` for s3fs, ``[gcs]`` for
+gcsfs, ``[http]`` for aiohttp; ``[remote]`` for all). S3 settings
 come from ``storage_options`` (``endpoint_url``, ``key``, ``secret``, ``token``, ``region``, or any
 ``s3fs.S3FileSystem`` argument) or else from the standard AWS environment variables,
 ``AWS_ENDPOINT_URL`` included. fsspec rather than obstore: obstore's runtime hangs in a forked
@@ -24,6 +25,7 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
+from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
 from loaderfactory.shards import cancel as cancelling
 from loaderfactory.shards import fork_loops, http_range, signed_get  # noqa: F401  # fork_loops: at-fork hooks
 from loaderfactory.shards.errors import ShardNotFoundError, StorageError, changed_during_fetch
@@ -37,7 +39,6 @@ _PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "https"}
 _INHERITED: list[dict[str, Any]] = []
 """A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
 finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
-_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
 RANGE_BYTES = 8 << 20
 """:meth:`Storage.download` reads through fsspec in ranges of this size, each retried on its own."""
 HTTP_TIMEOUTS_S = {"sock_connect": 5.0, "sock_read": 60.0}
@@ -360,7 +361,7 @@ class Storage:
             fsspec.get_filesystem_class(_PROTOCOLS[scheme])
         except ImportError as err:
             raise ImportError(
-                f"{scheme}:// URLs need fsspec and {_PACKAGES[scheme]}: pip install 'loaderfactory[remote]'"
+                f"{scheme}:// URLs need fsspec and {SCHEME_PACKAGES[scheme]}: {install_command(scheme)}"
             ) from err
         options = dict(self.storage_options)
         if scheme == "s3":

@@ -26,14 +26,18 @@ import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from multiprocessing.connection import wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader
+if TYPE_CHECKING:  # imported for its type only: `loaderfactory s3-server` uses this module without torch
+    from torch.utils.data import DataLoader
 
 PARENT_CHECK_S = 0.5
 """How often a worker checks its parent's pid (besides waiting on the parent's sentinel)."""
 PR_SET_PDEATHSIG = 1
 """Linux's ``prctl`` option (``linux/prctl.h``): the signal this process gets when its parent dies."""
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+"""Looked up once, here: :func:`kill_with_parent` runs in a forked child before ``exec``, where a
+``dlopen`` could wait forever on a lock another thread of the parent held at the fork."""
 
 
 class ExitWithParent:
@@ -60,16 +64,26 @@ def exit_with_parent(parent_pid: int, on_main_thread: bool) -> None:
     With ``fork`` and ``spawn`` the parent is this process's own; with ``forkserver`` the OS parent
     is the fork server, and the parent's sentinel tells.
     """
-    direct = os.getppid() == parent_pid
-    if direct and on_main_thread and sys.platform == "linux":
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-        if os.getppid() != parent_pid:  # died before the signal was asked for
-            os._exit(0)
+    if os.getppid() == parent_pid and on_main_thread:
+        kill_with_parent(parent_pid)
     watched = os.getppid()
     parent = multiprocessing.parent_process()
     sentinel = getattr(parent, "sentinel", None)
     threading.Thread(target=_watch, args=(watched, sentinel), name="exit-with-parent", daemon=True).start()
+
+
+def kill_with_parent(parent_pid: int) -> None:
+    """On Linux, have the kernel SIGKILL this process when ``parent_pid``, its parent, dies (strictly:
+    when the parent's thread that started it ends); exit at once if the parent is already gone.
+
+    Safe as a ``subprocess`` ``preexec_fn`` (``loaderfactory s3-server`` ties ``weed`` to itself so):
+    it calls no ``dlopen`` and takes no lock. Elsewhere it does nothing.
+    """
+    if _PRCTL is None:
+        return
+    _PRCTL(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent_pid:  # died before the signal was asked for
+        os._exit(0)
 
 
 def _watch(watched: int, sentinel: int | None) -> None:

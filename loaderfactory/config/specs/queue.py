@@ -17,14 +17,12 @@ from loaderfactory.config.specs.base import (
     alias,
     broken_rules,
 )
-from loaderfactory.config.specs.refs import CollateRef, TransformRef
+from loaderfactory.config.specs.refs import CollateRef, Transforms
 from loaderfactory.rules import ring
 
 MAX_ITEM_MB = 10**9
 """Largest ``avg_item_size`` (1 PB): no budget holds such an item, and far larger sizes overflow the
 byte count (``1e308`` MB is ``inf`` bytes)."""
-Transforms = TransformRef | list[TransformRef] | None
-"""One transform, or a list applied in order (a ``compose`` without the wrapper)."""
 
 
 class QueueDatasetSpec(Spec):

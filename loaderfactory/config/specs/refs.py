@@ -93,5 +93,7 @@ StreamRef = Annotated[Any, dispatch_on_kind("stream"), KindOf("stream")]
 PrefetchRef = Annotated[Any, dispatch_on_kind("prefetch"), KindOf("prefetch")]
 TransformRef = Annotated[Any, dispatch_on_kind("transform"), KindOf("transform")]
 """A transform entry: ``{kind: rand_flip, apply_on: [vol], p: 0.5}`` or ``{_target_: my.Transform}``."""
+Transforms = TransformRef | list[TransformRef] | None
+"""One transform, or a list applied in order (a ``compose`` without the wrapper)."""
 CollateRef = Annotated[Any, dispatch_on_kind("collate"), KindOf("collate")]
 """A collate entry: ``{kind: dict, keys: [vol, label]}`` or ``{_target_: my.collate, _partial_: true}``."""

@@ -12,12 +12,15 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Count, Spec, broken_rules, parse_size
+from loaderfactory.config.specs.refs import Transforms
+from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
 
-REMOTE_PACKAGES = {"s3": "s3fs", "gs": "gcsfs", "http": "aiohttp", "https": "aiohttp"}
-"""Remote schemes and the package each needs besides fsspec; mirrors ``shards.storage`` (specs never
-import the shards package, which imports torch)."""
 SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
-REMOTE_EXTRA = 'pip install "loaderfactory[remote]"'
+IMAGES_EXTRA = 'pip install "loaderfactory[images]"'
+IMAGES = frozenset({"jpg", "jpeg", "png", "webp"})
+"""The image extensions the reader decodes; mirrors ``shards.decode.IMAGE_EXTENSIONS``."""
+DEFAULT_SHUFFLE_MEMORY = 4 * 2**30
+"""``shuffle_memory``'s default, 4 GiB: 16 shards of ``pack``'s 256 MiB, 64 of 64 MiB."""
 SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
 """What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
 
@@ -38,6 +41,13 @@ Size = Annotated[
     ),
 ]
 """Bytes, written as a size string (``20GiB``, ``512MB``) or a whole number of bytes."""
+
+
+ImageSize = (
+    Annotated[int, Field(ge=1, strict=True)]
+    | Annotated[list[Annotated[int, Field(ge=1, strict=True)]], Field(min_length=2, max_length=2)]
+)
+"""A side ≥ 1 (a square) or [height, width]."""
 
 
 class ShardsCacheSpec(Spec):
@@ -63,9 +73,10 @@ class ShardsDatasetSpec(Spec):
     A map-style dataset over the shards' index (``loaderfactory-shards.json`` beside them; built and
     saved by ``run.mode=index``, else built on the fly): ``len()`` is exact, every queue/loader kind
     works over it, and ``shuffle: true`` follows its own order (shards permuted per epoch, samples
-    mixed within ``shuffle_window`` shards). ``urls``, ``index`` and ``storage_options`` may change on
-    resume (the same shards, moved). Shards written by ``pack`` give back the items as packed
-    (``fields: item``); ``fields: raw`` gives the stored fields by name, as webdataset does.
+    mixed within ``shuffle_window`` shards, by default as many as fit in ``shuffle_memory``).
+    ``urls``, ``index`` and ``storage_options`` may change on resume (the same shards, moved).
+    Shards written by ``pack`` give back the items as packed (``fields: item``); ``fields: raw``
+    gives the stored fields by name, as webdataset does.
     """
 
     location_fields = frozenset({"urls", "index"})
@@ -95,14 +106,25 @@ class ShardsDatasetSpec(Spec):
     decode: bool | list[str] = True
     """true: decode by extension (npy, pt, json, txt, cls, jpg, ...); false: bytes; a list: only
     those extensions."""
+    image_size: ImageSize | None = None
+    """Decoded images (jpg, png, webp) come out this size: 224 (square) or [height, width], so they
+    stack in a batch; JPEGs are scaled down while decoding (Pillow's draft), then resized (bilinear).
+    null: as stored."""
+    image_mode: Literal["RGB", "L", "RGBA"] | None = None
+    """Decoded images in this mode: RGB (3 channels), L (1), RGBA (4); null: as stored (RGB 3,
+    grayscale 1)."""
     storage_options: dict[str, Any] = {}
     """Remote storage settings (endpoint_url, key, secret, region, ...); else the AWS environment."""
     retries: Annotated[int, Field(ge=0, strict=True)] = 3
     """Retries of a failing remote read, with exponential backoff."""
-    open_shards: Count = 4
-    """Shards kept open at once per process; at least shuffle_window."""
-    shuffle_window: Count = 1
-    """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, opens more shards."""
+    open_shards: Count | None = None
+    """Shards kept open at once per process, at least shuffle_window; null: the window, at least 4."""
+    shuffle_window: Count | Literal["auto"] = "auto"
+    """Shards whose samples a shuffled epoch mixes at a time: larger mixes better, holds more shards;
+    auto: as many of the largest shard as fit in shuffle_memory (1 to 64, at most every shard)."""
+    shuffle_memory: Size = DEFAULT_SHUFFLE_MEMORY
+    """Bytes of shards shuffle_window auto may hold at once, like 4GiB: the page cache the window's
+    local shards are read into, or the cache space its remote shards take."""
     fetch: Literal["whole", "range"] = "whole"
     """whole: a remote shard is fetched whole into the cache once and read locally by all workers;
     range: every read is a byte-range request, nothing cached (sparse reads of huge shards only)."""
@@ -112,6 +134,10 @@ class ShardsDatasetSpec(Spec):
     predownload: Annotated[int, Field(ge=0, strict=True)] = 0
     """Samples ahead (per rank) whose shards are fetched into the cache in the background (the next
     two shards always among them); 0: none."""
+    transforms: Transforms = None
+    """Applied to each sample after it is read, in the worker reading it: one transform or a list in
+    order (registered kinds or _target_ callables); random ones draw per sample, seeded by the root
+    seed (else the shuffle's), the epoch and the sample's index, so runs and resumes repeat them."""
     local_read_ahead: bool = True
     """Local shards: a background thread reads each shard opened into the OS page cache, and the
     next one when shards are read in stored order (then also opening it: its headers walked), so
@@ -127,15 +153,16 @@ class ShardsDatasetSpec(Spec):
             raise ValueError("must name at least one shard, folder or pattern; no empty URL")
         for url in listed:
             scheme = scheme_of(url)
-            if scheme != "file" and scheme not in REMOTE_PACKAGES:
-                known = ", ".join(f"{s}://" for s in REMOTE_PACKAGES)
+            if scheme != "file" and scheme not in SCHEME_PACKAGES:
+                known = ", ".join(f"{s}://" for s in SCHEME_PACKAGES)
                 raise ValueError(
                     f"{url!r}: unsupported scheme {scheme!r}; use a local path, file://, {known}"
                 )
-            missing = [p for p in ("fsspec", REMOTE_PACKAGES.get(scheme)) if p and not _installed(p)]
+            missing = [p for p in ("fsspec", SCHEME_PACKAGES.get(scheme)) if p and not _installed(p)]
             if scheme != "file" and missing:
                 raise ValueError(
-                    f"{url!r}: {scheme}:// URLs need {' and '.join(missing)}, not installed: {REMOTE_EXTRA}"
+                    f"{url!r}: {scheme}:// URLs need {' and '.join(missing)}, not installed: "
+                    f"{install_command(scheme)}"
                 )
         return urls
 
@@ -153,12 +180,14 @@ class ShardsDatasetSpec(Spec):
     def _fields_agree(self) -> ShardsDatasetSpec:
         """The format matches the URLs and is readable; enough shards stay open for the window."""
         problems = self._format_problems()
-        if self.open_shards < self.shuffle_window:
+        window = self.shuffle_window
+        if self.open_shards is not None and window != "auto" and self.open_shards < window:
             message = (
-                f"must be ≥ shuffle_window ({self.shuffle_window}): a window's samples come from all its"
-                f" shards, fewer open ones reopen shards constantly; set open_shards={self.shuffle_window}"
+                f"must be ≥ shuffle_window ({window}): a window's samples come from all its"
+                f" shards, fewer open ones reopen shards constantly; set open_shards={window} or null"
             )
             problems.append(("open_shards", message, self.open_shards))
+        problems += self._image_problems()
         if self.fetch == "range" and self.predownload:
             message = "fetches shards into the cache, but fetch: range has none; set fetch: whole"
             message += " or predownload: 0"
@@ -169,6 +198,20 @@ class ShardsDatasetSpec(Spec):
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self
+
+    def _image_problems(self) -> list[tuple[str, str, Any]]:
+        """image_size and image_mode need images decoded, and Pillow to decode them."""
+        problems: list[tuple[str, str, Any]] = []
+        for field, value in (("image_size", self.image_size), ("image_mode", self.image_mode)):
+            if value is None:
+                continue
+            decoded = self.decode if isinstance(self.decode, bool) else bool(set(self.decode) & IMAGES)
+            if not decoded:
+                message = "applies to decoded images, but decode leaves jpg/png/webp as bytes; add them"
+                problems.append((field, f"{message} to decode or drop {field}", value))
+            elif not _installed("PIL"):
+                problems.append((field, f"decoding images needs Pillow: {IMAGES_EXTRA}", value))
+        return problems
 
     def _format_problems(self) -> list[tuple[str, str, Any]]:
         listed = [self.urls] if isinstance(self.urls, str) else self.urls
