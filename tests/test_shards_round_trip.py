@@ -388,3 +388,15 @@ def test_a_reading_that_is_neither_item_nor_raw_is_refused_at_its_path() -> None
     """``fields`` takes ``item`` or ``raw``; anything else is named with the values allowed."""
     with pytest.raises(ConfigError, match=r"dataset\.fields: must be one of 'item' or 'raw', got 'rows'"):
         loaderfactory.validate({"dataset": {"kind": "shards", "urls": "a.tar", "fields": "rows"}})
+
+
+def test_the_round_trip_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/shards/round-trip.md's example packs dict items and reads one back as packed, and raw."""
+    guide = (Path(__file__).parent.parent / "docs" / "shards" / "round-trip.md").read_text()
+    code = guide.split("```python\n", 1)[1].split("```", 1)[0]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict[str, Any] = {}
+    exec(compile(code, "docs/shards/round-trip.md", "exec"), namespace)
+    item, raw = namespace["item"], namespace["raw"]
+    assert list(item) == ["image", "label"] and item["label"] == 7 and item["image"].shape == (3, 32, 32)
+    assert list(raw) == ["__key__", "image.npy", "label.cls", "__url__"] and raw["__key__"] == "000007"
