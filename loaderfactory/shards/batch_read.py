@@ -99,7 +99,7 @@ def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run
         if samples is None:
             return None
         url = dataset.shards[shard].url
-        items = [shape(sample, url) for sample in samples]
+        items = shape.items(samples, url)
         if shape.keys and any(shape.absent(item) for item in items):
             return None
         out.extend(items)
@@ -150,7 +150,7 @@ def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int
     except Exception:  # noqa: BLE001 - read again one by one: dataset[i] raises, naming the sample
         return [dataset.read_sample(index) for index in run]
     shape = dataset.shape
-    items = [shape(sample, url) for sample in samples]
+    items = shape.items(samples, url)
     if shape.keys and any(shape.absent(item) for item in items):
         # Read again one by one: raises the ShardError naming the missing field.
         return [dataset.read_sample(index) for index in run]

@@ -235,6 +235,25 @@ class SampleShape:
             return list(sample.values())
         return next(iter(sample.values()))
 
+    def items(self, samples: list[dict[str, Any]], url: str) -> list[Any]:
+        """``[self(sample, url) for sample in samples]``, one call for a run of a shard's samples
+        (the common case, dict items, renamed in one loop)."""
+        if self._type == "raw":
+            for sample in samples:
+                sample["__url__"] = url
+            return samples
+        if self._type != "dict" or self.metadata:
+            return [self(sample, url) for sample in samples]
+        names, out = self._names, []
+        for sample in samples:
+            del sample["__key__"]
+            item = {}
+            for name, value in sample.items():
+                known = names.get(name)
+                item[known if known is not None else key_of(name)] = value
+            out.append(item)
+        return out
+
     def absent(self, item: Any) -> list[str]:
         """The ``keys`` that ``item`` (what :meth:`__call__` gave) lacks."""
         return [key for key in self.keys if key not in item]
