@@ -294,3 +294,26 @@ def test_a_copy_in_another_process_takes_up_the_published_order(
     assert len(_private_folders(private_tmp)) == 1
     dataset.close()
     assert _private_folders(private_tmp) == []
+
+
+def test_a_cache_limit_below_the_shuffled_window_is_refused_and_one_that_holds_it_reads(
+    http_shards: tuple[list[str], Counter[str]], private_tmp: Path
+) -> None:
+    """A set ``cache.limit`` must hold the shuffled window's shards: below them the shuffled epoch
+    refuses to start, saying what to set; a limit of exactly them delivers every id once."""
+    urls, _ = http_shards
+    sizes = sorted((info.bytes for info in build_index(urls, Storage(), progress=False)), reverse=True)
+    window = sum(sizes[:3])
+    config = _config(urls, 0, shuffle_window=3, open_shards=3, cache={"limit": window - 1})
+    with (
+        loaderfactory.build_loader(config) as loader,
+        pytest.raises(
+            ValueError,
+            match=rf"cache.limit .* cannot hold shuffle_window=3: .*raise cache.limit to .*"
+            rf"\({window} bytes\)",
+        ),
+    ):
+        list(loader)
+    config = _config(urls, 2, shuffle_window=3, open_shards=3, cache={"limit": window})
+    with loaderfactory.build_loader(config) as loader:
+        assert _ids(loader) == Counter(range(sum(COUNTS)))

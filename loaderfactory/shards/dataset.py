@@ -333,11 +333,11 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         remote = [info.bytes for info in self.shards if is_remote(info.url)]
         held = window_bytes(remote, window)
         limit = None if self.cache is None else self.cache.limit
-        if limit is not None and remote and limit < held + max(remote):
+        if limit is not None and remote and limit < held:
             return (
                 f"cache.limit {human_bytes(limit)} cannot hold {how}: its shards take up to"
-                f" {human_bytes(held)} and one more is fetched beside them; raise cache.limit to"
-                f" {human_bytes(held + max(remote))} or lower shuffle_memory / shuffle_window"
+                f" {human_bytes(held)}; raise cache.limit to {human_bytes(held)} or lower"
+                " shuffle_memory / shuffle_window"
             )
         return None
 
