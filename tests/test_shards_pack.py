@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from cli_forks import run_command
+from packed_items import assert_same, expected_item
 from s3_server import S3Server
 from shards_data import parquet_bytes, write_tar_shards
 from torch.utils.data import Dataset, IterableDataset
@@ -64,29 +65,6 @@ class MixedDataset(Dataset[dict[str, Any]]):
         }
 
 
-def _expected_value(value: Any) -> Any:
-    """What the reader gives back: numpy arrays and scalars come back as tensors (``.npy``)."""
-    return torch.from_numpy(np.asarray(value)) if isinstance(value, np.ndarray | np.generic) else value
-
-
-def _assert_same(got: Any, want: Any, where: str) -> None:
-    """Equal value, same type, and for tensors the same dtype and shape, recursively."""
-    assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
-    if isinstance(want, torch.Tensor):
-        assert got.dtype == want.dtype and got.shape == want.shape, where
-        assert torch.equal(got, want), where
-    elif isinstance(want, dict):
-        assert got.keys() == want.keys(), where
-        for key in want:
-            _assert_same(got[key], want[key], f"{where}.{key}")
-    elif isinstance(want, list | tuple):
-        assert len(got) == len(want), where
-        for number, (a, b) in enumerate(zip(got, want, strict=True)):
-            _assert_same(a, b, f"{where}[{number}]")
-    else:
-        assert got == want, where
-
-
 def _check_read_back(dataset: Any, out: str, storage_options: dict[str, Any] | None = None) -> None:
     """Every item once, in order, under its zero-padded key, with equal values of the same types."""
     shards = ShardsDataset(out, storage_options=storage_options, metadata=True)
@@ -98,7 +76,7 @@ def _check_read_back(dataset: Any, out: str, storage_options: dict[str, Any] | N
         ids[sample["id" if "id" in item else "index"]] += 1
         assert list(sample) == list(item)
         for key, value in item.items():
-            _assert_same(sample[key], _expected_value(value), f"item {i}, {key}")
+            assert_same(sample[key], expected_item(value), f"item {i}, {key}")
     assert ids == Counter(range(len(dataset)))
 
 

@@ -10,11 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
-import torch
 from cli_forks import run_command
 from pack_command_data import PackItems
+from packed_items import assert_same, expected_item
 from s3_server import S3Server
 
 import loaderfactory
@@ -34,21 +33,6 @@ def _pack(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subp
     """``loaderfactory run.mode=pack ARGS`` of :class:`PackItems` (``LENGTH`` items), run from tests/."""
     dataset = ["~dataset", f"+dataset._target_={TARGET}", f"+dataset.length={LENGTH}"]
     return run_command(TESTS, "run.mode=pack", *dataset, *args, f"hydra.run.dir={tmp_path / 'run'}", env=env)
-
-
-def _expected(value: Any) -> Any:
-    """What the reader gives back: numpy arrays and scalars as tensors (``.npy``), the rest as it was."""
-    return torch.from_numpy(np.asarray(value)) if isinstance(value, np.ndarray | np.generic) else value
-
-
-def _assert_same(got: Any, want: Any, where: str) -> None:
-    """Equal value of the same type; for tensors the same dtype and shape too."""
-    assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
-    if isinstance(want, torch.Tensor):
-        assert got.dtype == want.dtype and got.shape == want.shape, f"{where}: {got!r} != {want!r}"
-        assert torch.equal(got, want), f"{where}: {got!r} != {want!r}"
-    else:
-        assert got == want, f"{where}: {got!r} != {want!r}"
 
 
 def _read_back(urls: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -71,7 +55,7 @@ def _check_items(samples: list[dict[str, Any]]) -> None:
         item = source[i]
         assert list(fields) == list(item), f"item {i}: {list(fields)} != {list(item)}"
         for key, value in item.items():
-            _assert_same(fields[key], _expected(value), f"item {i}, {key}")
+            assert_same(fields[key], expected_item(value), f"item {i}, {key}")
 
 
 def _wrote(result: subprocess.CompletedProcess[str], shards: int) -> None:

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+from packed_items import assert_same, expected_item
 from s3_server import S3Server
 from shards_data import write_tar_shards
 from torch.utils.data import Dataset, default_collate
@@ -73,34 +74,6 @@ class Items(Dataset[Any]):
         return self.make(i)
 
 
-def _expected(value: Any) -> Any:
-    """What the reader gives back: numpy arrays and scalars as tensors, the rest as it was."""
-    if isinstance(value, np.ndarray | np.generic):
-        return torch.from_numpy(np.asarray(value))
-    if type(value) in (tuple, list):
-        return type(value)(_expected(v) for v in value)
-    if type(value) is dict:
-        return {key: _expected(v) for key, v in value.items()}
-    return value
-
-
-def _assert_same(got: Any, want: Any, where: str = "item") -> None:
-    """Equal values of the same types (tensors: dtype and shape too), dict keys in the same order."""
-    assert type(got) is type(want), f"{where}: {type(got).__name__} != {type(want).__name__}"
-    if isinstance(want, torch.Tensor):
-        assert got.dtype == want.dtype and got.shape == want.shape and torch.equal(got, want), where
-    elif isinstance(want, dict):
-        assert list(got) == list(want), f"{where}: keys {list(got)} != {list(want)}"
-        for key in want:
-            _assert_same(got[key], want[key], f"{where}.{key}")
-    elif isinstance(want, list | tuple):
-        assert len(got) == len(want), where
-        for number, (a, b) in enumerate(zip(got, want, strict=True)):
-            _assert_same(a, b, f"{where}[{number}]")
-    else:
-        assert got == want, where
-
-
 def _pack(structure: str, out: str, fmt: str, **options: Any) -> str:
     """``Items(structure)`` packed at ``out`` into shards of several items each; ``out``."""
     size = SHARD_SIZES[structure][FORMATS.index(fmt)]
@@ -135,7 +108,7 @@ def _check_items(items: list[Any], structure: str) -> None:
     ids = Counter(id_of(item) for item in items)
     assert ids == Counter(range(LENGTH)), ids
     for item in items:
-        _assert_same(item, _expected(make(id_of(item))), f"item {id_of(item)}")
+        assert_same(item, expected_item(make(id_of(item))), f"item {id_of(item)}")
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
@@ -174,8 +147,8 @@ def test_a_batch_read_gives_the_items_one_by_one_reads_give(tmp_path: Path, fmt:
         batch = dataset.__getitems__(indices)
         assert len(batch) == len(indices)
         for i, item in zip(indices, batch, strict=True):
-            _assert_same(item, dataset[i], f"item {i}")
-            _assert_same(item, _expected(make(i)), f"item {i}")
+            assert_same(item, dataset[i], f"item {i}")
+            assert_same(item, expected_item(make(i)), f"item {i}")
     dataset.close()
 
 
@@ -210,9 +183,9 @@ def test_the_stacked_tar_read_of_tuple_items_hands_its_batch_tensors_to_collate_
     assert isinstance(batch, StackedItems) and set(batch.stacked) == {0, 3}
     stacked = batch.stacked[0]
     collated = stacked_collate(batch)
-    expected = default_collate([_expected(_tuple_item(i)) for i in range(8)])
+    expected = default_collate([expected_item(_tuple_item(i)) for i in range(8)])
     assert type(collated) is list and collated[0] is stacked
-    _assert_same(collated, expected, "batch")
+    assert_same(collated, expected, "batch")
     dataset.close()
 
 
@@ -325,8 +298,8 @@ def test_an_index_without_the_layout_record_reads_as_before(tmp_path: Path) -> N
     index.write_text(json.dumps(data))
     old = ShardsDataset(out)
     for i in range(LENGTH):
-        _assert_same(old[i], expected[i], f"sample {i}")
-    _assert_same(old.__getitems__(list(range(LENGTH))), expected, "batch")
+        assert_same(old[i], expected[i], f"sample {i}")
+    assert_same(old.__getitems__(list(range(LENGTH))), expected, "batch")
 
 
 @pytest.mark.parametrize(
@@ -349,7 +322,7 @@ def test_the_index_records_the_items_layout(tmp_path: Path, items: list[Any], re
     assert json.loads(Path(result.index).read_text())["items"] == record
     dataset = ShardsDataset(str(tmp_path / "out"))
     for i, item in enumerate(items):
-        _assert_same(dataset[i], item, f"item {i}")
+        assert_same(dataset[i], item, f"item {i}")
 
 
 def test_items_of_another_structure_than_the_first_are_refused(tmp_path: Path) -> None:
@@ -368,7 +341,7 @@ def test_indexing_packed_shards_again_keeps_their_layout(tmp_path: Path) -> None
     spec = loaderfactory.validate({"dataset": {"kind": "shards", "urls": f"{out}/"}}).dataset
     index_shards(spec, progress=False)
     assert json.loads((Path(out) / INDEX_NAME).read_text())["items"] == before
-    _assert_same(ShardsDataset(out)[3], _expected(_tuple_item(3)))
+    assert_same(ShardsDataset(out)[3], expected_item(_tuple_item(3)))
 
 
 def test_a_malformed_layout_record_names_the_index(tmp_path: Path) -> None:
