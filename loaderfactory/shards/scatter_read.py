@@ -1,0 +1,242 @@
+"""A shuffled batch of local tar samples read with one ``preadv`` per sample and no per-sample plan.
+
+In a shuffled batch nearly every sample is its own run, so the run reader (:mod:`.tar_stacked`)
+plans and checks each sample alone, which costs more than the read itself for 4 KB samples. Shards
+written by ``pack`` or webdataset's ``ShardWriter`` give every sample the same members at the same
+offsets from its first member's data (a :class:`Template`, found once per shard from its table).
+Then a sample is one ``preadv`` of a fixed list of pieces (the bytes around each stacked field into
+a scratch row, the field's data straight into its row of the batch tensor), and the ``.npy``
+headers of the whole batch are compared at once. Anything that does not fit (a remote shard, a
+sample that differs, a short read, a field that does not decode) gives None: the caller reads the
+batch as usual, and any error is raised there, naming the sample.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import torch
+
+from loaderfactory.components.data.stacked import StackedItems, batch_tensor
+from loaderfactory.shards.tar_format import TarShard
+from loaderfactory.shards.tar_stacked import IOV_MAX, NpyLayout, stackable_fields
+
+if TYPE_CHECKING:
+    from loaderfactory.shards.dataset import ShardsDataset
+    from loaderfactory.shards.tar_table import TarTable
+
+SCATTERED = 0.5
+"""A batch is read this way when its runs of consecutive samples number more than this share of its
+samples (a shuffled batch: nearly one run per sample); longer runs read better as one span each."""
+
+
+class Template(NamedTuple):
+    """Every sample of a shard: these members at these offsets from the sample's first member's data."""
+
+    fields: tuple[str, ...]
+    offsets: tuple[int, ...]
+    sizes: tuple[int | None, ...]
+    """Each member's size where every sample's is the same; None where they differ."""
+    span: int
+    """The bytes read from a sample's start: up to the furthest end of any sample's last member."""
+
+
+class _Pieces(NamedTuple):
+    """How one sample's span is cut: scratch lengths between the stacked fields' data, in order."""
+
+    fields: tuple[str, ...]
+    """The stacked fields, in the order their data lies in the sample."""
+    scratch: tuple[int, ...]
+    """Scratch bytes before each stacked field's data and after the last (one more than fields)."""
+    members: tuple[tuple[str, int, int], ...]
+    """Each member in order: field, offset in the scratch row (-1: a stacked field, in its batch
+    row), member number in the template."""
+    headers: tuple[tuple[int, bytes], ...]
+    """Each stacked field's ``.npy`` header: offset in the scratch row, the bytes it must be."""
+
+
+_templates: weakref.WeakKeyDictionary[TarShard, Template | None] = weakref.WeakKeyDictionary()
+
+
+def template(shard: TarShard) -> Template | None:
+    """``shard``'s :class:`Template` (worked out once per shard and process); None where its
+    samples differ in members or in where those lie."""
+    if shard in _templates:
+        return _templates[shard]
+    found = _find_template(shard.samples)
+    _templates[shard] = found
+    return found
+
+
+def _find_template(table: TarTable) -> Template | None:
+    count = len(table)
+    if not count:
+        return None
+    members = table.bounds[1] - table.bounds[0]
+    if members < 1 or table.bounds[-1] != count * members:
+        return None
+    bounds = np.asarray(table.bounds, dtype=np.int64)
+    if not (np.diff(bounds) == members).all() or table.fields != table.fields[:members] * count:
+        return None
+    offsets = np.asarray(table.offsets, dtype=np.int64).reshape(count, members)
+    relative = offsets - offsets[:, :1]
+    if not (relative == relative[0]).all():
+        return None
+    sizes = np.asarray(table.sizes, dtype=np.int64).reshape(count, members)
+    same = (sizes == sizes[0]).all(axis=0).tolist()
+    constant = tuple(int(size) if fixed else None for size, fixed in zip(sizes[0], same, strict=True))
+    ends = relative[:, -1] + sizes[:, -1]
+    return Template(tuple(table.fields[:members]), tuple(relative[0].tolist()), constant, int(ends.max()))
+
+
+def _pieces(shape: Template, layouts: dict[str, NpyLayout]) -> _Pieces | None:
+    """The cut of ``shape``'s span for ``layouts``; None when a stacked member's size is not its
+    layout's in every sample."""
+    stacked: list[str] = []
+    scratch: list[int] = []
+    members: list[tuple[str, int, int]] = []
+    headers: list[tuple[int, bytes]] = []
+    position = skipped = 0  # the next byte of the span not yet cut; data bytes that went to rows
+    for number, (field, offset) in enumerate(zip(shape.fields, shape.offsets, strict=True)):
+        layout = layouts.get(field)
+        if layout is None:
+            members.append((field, offset - skipped, number))
+            continue
+        members.append((field, -1, number))
+        if shape.sizes[number] != layout.size:
+            return None
+        header = len(layout.header)
+        scratch.append(offset + header - position)
+        headers.append((offset - skipped, layout.header))
+        stacked.append(field)
+        skipped += layout.size - header
+        position = offset + layout.size
+    scratch.append(shape.span - position)
+    if len(stacked) != len(layouts) or 2 * len(stacked) + 1 > IOV_MAX:
+        return None
+    return _Pieces(tuple(stacked), tuple(scratch), tuple(members), tuple(headers))
+
+
+def read_scattered(
+    dataset: ShardsDataset, indices: Sequence[int], shard_of: Sequence[int]
+) -> StackedItems | None:
+    """The samples at global ``indices`` (in shards ``shard_of``, each opened here once), their
+    stacked ``.npy`` fields read into batch tensors; None where the batch does not fit."""
+    from loaderfactory.shards.batch_read import _open_run  # batch_read imports this module
+
+    groups: dict[int, list[int]] = {}
+    for place, shard in enumerate(shard_of):
+        groups.setdefault(shard, []).append(place)
+    length = len(dataset)
+    positions = [index + length if index < 0 else index for index in indices]
+    out: list[dict[str, Any] | None] = [None] * len(indices)
+    batch: _Batch | None = None
+    for shard, places in groups.items():
+        low = dataset._ends[shard - 1] if shard else 0
+        locals_ = [positions[place] - low for place in places]
+        opened = _open_run(dataset, [positions[place] for place in places], shard, locals_[0])
+        tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
+        if not isinstance(tar, TarShard) or tar.file() < 0:
+            return None
+        shape = template(tar)
+        if shape is None:
+            return None
+        if batch is None:
+            batch = _Batch.first(tar, locals_[0], len(indices), shape)
+            if batch is None or any(key not in shape.fields and key != "__key__" for key in dataset.keys):
+                return None
+        if not batch.read(tar, shape, places, locals_, out, dataset.shards[shard].url):
+            return None
+    if batch is None:
+        return None
+    dataset.counters.add("samples", len(out))
+    samples = [sample for sample in out if sample is not None]  # every place was read
+    return StackedItems(samples, {field: batch.tensors[field] for field in batch.fields})
+
+
+class _Batch:
+    """The batch tensors, and the reads of each shard's samples into them."""
+
+    def __init__(self, layouts: dict[str, NpyLayout], pieces: _Pieces, count: int) -> None:
+        self.layouts, self.fields = layouts, pieces.fields
+        self.tensors = {
+            field: batch_tensor((count, *layouts[field].shape), layouts[field].dtype) for field in layouts
+        }
+        self.byte_rows = {
+            field: tensor.view(count, -1).view(torch.uint8).numpy() for field, tensor in self.tensors.items()
+        }
+        self.rows = {field: tensor.unbind(0) for field, tensor in self.tensors.items()}
+        self._cuts: dict[Template, tuple[_Pieces, list[int]] | None] = {}
+
+    def cut_of(self, shape: Template) -> tuple[_Pieces, list[int]] | None:
+        """How ``shape``'s samples are cut and where each scratch piece starts in a scratch row;
+        None where they do not hold the batch's stacked fields in the same order."""
+        if shape not in self._cuts:
+            pieces = _pieces(shape, self.layouts)
+            fits = pieces is not None and pieces.fields == self.fields
+            cuts = None if pieces is None or not fits else (pieces, np.cumsum((0, *pieces.scratch)).tolist())
+            self._cuts[shape] = cuts
+        return self._cuts[shape]
+
+    @classmethod
+    def first(cls, tar: TarShard, local: int, count: int, shape: Template) -> _Batch | None:
+        """The batch laid out by the stacked fields of sample ``local`` of ``tar``."""
+        layouts = stackable_fields(tar, local)
+        if not layouts:
+            return None
+        pieces = _pieces(shape, layouts)
+        return None if pieces is None else cls(layouts, pieces, count)
+
+    def read(
+        self,
+        tar: TarShard,
+        shape: Template,
+        places: list[int],
+        locals_: list[int],
+        out: list[dict[str, Any] | None],
+        url: str,
+    ) -> bool:
+        """Samples ``locals_`` of ``tar`` into batch rows ``places`` (each sample's other bytes into
+        a scratch row); False where one does not fit ``shape``, falls short, has another ``.npy``
+        header than the batch's, or has a field that does not decode."""
+        cut = self.cut_of(shape)
+        if cut is None:
+            return False
+        pieces, cuts = cut
+        table, descriptor = tar.samples, tar.file()
+        keys, bounds, offsets, sizes = table.keys, table.bounds, table.offsets, table.sizes
+        decoders = {field: tar.decoder(field) for field, at, _ in pieces.members if at >= 0}
+        scratch_rows = np.empty((len(places), cuts[-1]), np.uint8)
+        read = 0
+        for row, (place, local) in enumerate(zip(places, locals_, strict=True)):
+            scratch = memoryview(scratch_rows[row])
+            buffers: list[Any] = [scratch[cuts[0] : cuts[1]]]
+            for number, field in enumerate(pieces.fields, start=1):
+                buffers += [self.byte_rows[field][place], scratch[cuts[number] : cuts[number + 1]]]
+            first_member = bounds[local]
+            start, last = offsets[first_member], first_member + len(shape.fields) - 1
+            got = os.preadv(descriptor, buffers, start)
+            read += got
+            if got < offsets[last] + sizes[last] - start:
+                return False
+            sample: dict[str, Any] = {"__key__": keys[local]}
+            for field, at, number in pieces.members:
+                if at < 0:
+                    sample[field] = self.rows[field][place]
+                    continue
+                try:
+                    sample[field] = decoders[field](scratch[at : at + sizes[first_member + number]])
+                except Exception:  # noqa: BLE001 - read as usual, which raises the error naming the sample
+                    return False
+            sample["__url__"] = url
+            out[place] = sample
+        tar.storage.stats.add("bytes_local", read)
+        return all(
+            (scratch_rows[:, at : at + len(header)] == np.frombuffer(header, np.uint8)).all()
+            and header == self.layouts[field].header
+            for field, (at, header) in zip(pieces.fields, pieces.headers, strict=True)
+        )
