@@ -64,6 +64,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument(
         "--order", default="stored,shuffled", help="stored, shuffled (each library's default shuffle) or both"
     )
+    parser.add_argument(
+        "--resume", action=argparse.BooleanOptionalAction, default=True, help="the resume rows (stored order)"
+    )
     parser.add_argument("--libraries", default=",".join(LIBRARIES))
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "bench_shards_data"))
@@ -150,7 +153,7 @@ def plan(args: argparse.Namespace, root: Path, s3: dict[str, Any] | None) -> lis
                     shards = _shard_names(folder, ".tar")
                     runs.append({**base, "mode": mode, "where": where, "library": mode, "workers": 0})
                     runs[-1].update(folder=str(folder), shards=shards)
-        for library in args.libraries.split(","):
+        for library in args.libraries.split(",") if args.resume else []:
             folder = root / library / name
             run = {**base, "mode": "resume", "where": "warm", "library": library, "workers": max(workers)}
             runs.append({**run, "folder": str(folder), "shards": _shard_names(folder, ".tar")})
