@@ -92,8 +92,14 @@ def _odd_shard(folder: Path, odd: dict[str, bytes]) -> list[str]:
         {"__key__": b"sample000008", "cls": b"8", "npy": npy_bytes(np.full(4, 8, dtype=np.int64))},
         {"__key__": b"sample000008", "cls": b"8", "npy": npy_bytes(np.full(3, 8, dtype=np.int32))},
         {"__key__": b"sample000008", "cls": b"8", "npy": npy_bytes(np.full(3, 8, dtype=np.int64))},
+        {
+            "__key__": b"sample000008",
+            "cls": b"8",
+            "npy": npy_bytes(np.full(24, 8, dtype=np.uint8)),
+            "json": b"{}",
+        },
     ],
-    ids=["a longer array", "another dtype", "a member fewer"],
+    ids=["a longer array", "another dtype", "a member fewer", "another header, as long"],
 )
 def test_a_shard_whose_samples_differ_is_read_as_before(tmp_path: Path, odd: dict[str, bytes]) -> None:
     dataset = ShardsDataset(_odd_shard(tmp_path / "shards", odd))

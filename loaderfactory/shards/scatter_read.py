@@ -13,6 +13,7 @@ batch as usual, and any error is raised there, naming the sample.
 
 from __future__ import annotations
 
+import itertools
 import os
 import weakref
 from collections.abc import Sequence
@@ -57,19 +58,6 @@ class _Pieces(NamedTuple):
     row), member number in the template."""
     headers: tuple[tuple[int, bytes], ...]
     """Each stacked field's ``.npy`` header: offset in the scratch row, the bytes it must be."""
-
-
-_templates: weakref.WeakKeyDictionary[TarShard, Template | None] = weakref.WeakKeyDictionary()
-
-
-def template(shard: TarShard) -> Template | None:
-    """``shard``'s :class:`Template` (worked out once per shard and process); None where its
-    samples differ in members or in where those lie."""
-    if shard in _templates:
-        return _templates[shard]
-    found = _find_template(shard.samples)
-    _templates[shard] = found
-    return found
 
 
 def _find_template(table: TarTable) -> Template | None:
@@ -121,6 +109,36 @@ def _pieces(shape: Template, layouts: dict[str, NpyLayout]) -> _Pieces | None:
     return _Pieces(tuple(stacked), tuple(scratch), tuple(members), tuple(headers))
 
 
+class _Cut(NamedTuple):
+    """How a shard's samples are read: its stacked fields' layouts (from its first sample), the cut
+    of its span, and where each scratch piece starts in a scratch row (the last: the row's width)."""
+
+    layouts: dict[str, NpyLayout]
+    pieces: _Pieces
+    starts: list[int]
+
+
+SLACK = 4096
+"""Scratch bytes a batch's rows hold beyond its first shard's: other shards' spans differ by the
+sizes of their last members (a label of 1 to 3 digits, JSON of any length)."""
+
+_cuts: weakref.WeakKeyDictionary[TarShard, _Cut | None] = weakref.WeakKeyDictionary()
+
+
+def _cut(shard: TarShard) -> _Cut | None:
+    """``shard``'s :class:`_Cut` (worked out once per shard and process); None where its samples do
+    not share a template or its first sample has no field to stack."""
+    if shard in _cuts:
+        return _cuts[shard]
+    shape, found = _find_template(shard.samples), None
+    layouts = stackable_fields(shard, 0) if shape is not None and len(shard) else {}
+    pieces = None if shape is None or not layouts else _pieces(shape, layouts)
+    if pieces is not None:
+        found = _Cut(layouts, pieces, np.cumsum((0, *pieces.scratch)).tolist())
+    _cuts[shard] = found
+    return found
+
+
 def read_scattered(
     dataset: ShardsDataset, indices: Sequence[int], shard_of: Sequence[int]
 ) -> StackedItems | None:
@@ -142,101 +160,98 @@ def read_scattered(
         tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
         if not isinstance(tar, TarShard) or tar.file() < 0:
             return None
-        shape = template(tar)
-        if shape is None:
+        cut = _cut(tar)
+        if cut is None:
             return None
         if batch is None:
-            batch = _Batch.first(tar, locals_[0], len(indices), shape)
-            if batch is None or any(key not in shape.fields and key != "__key__" for key in dataset.keys):
+            fields = {field for field, _, _ in cut.pieces.members}
+            if any(key not in fields and key != "__key__" for key in dataset.keys):
                 return None
-        if not batch.read(tar, shape, places, locals_, out, dataset.shards[shard].url):
+            batch = _Batch(cut, len(indices))
+        if not batch.read(tar, cut, places, locals_, out, dataset.shards[shard].url):
             return None
-    if batch is None:
+    if batch is None or not batch.headers_match():
         return None
     dataset.counters.add("samples", len(out))
     samples = [sample for sample in out if sample is not None]  # every place was read
-    return StackedItems(samples, {field: batch.tensors[field] for field in batch.fields})
+    return StackedItems(samples, batch.tensors)
 
 
 class _Batch:
-    """The batch tensors, and the reads of each shard's samples into them."""
+    """The batch tensors, a scratch row per sample for the bytes around their data, and the reads."""
 
-    def __init__(self, layouts: dict[str, NpyLayout], pieces: _Pieces, count: int) -> None:
-        self.layouts, self.fields = layouts, pieces.fields
+    def __init__(self, cut: _Cut, count: int) -> None:
+        self.cut = cut
+        layouts = cut.layouts
         self.tensors = {
-            field: batch_tensor((count, *layouts[field].shape), layouts[field].dtype) for field in layouts
+            field: batch_tensor((count, *layouts[field].shape), layouts[field].dtype)
+            for field in cut.pieces.fields
         }
-        self.byte_rows = {
-            field: tensor.view(count, -1).view(torch.uint8).numpy() for field, tensor in self.tensors.items()
-        }
+        self.byte_rows = [
+            self.tensors[field].view(count, -1).view(torch.uint8).numpy() for field in cut.pieces.fields
+        ]
         self.rows = {field: tensor.unbind(0) for field, tensor in self.tensors.items()}
-        self._cuts: dict[Template, tuple[_Pieces, list[int]] | None] = {}
+        self.scratch = np.empty((count, cut.starts[-1] + SLACK), np.uint8)
 
-    def cut_of(self, shape: Template) -> tuple[_Pieces, list[int]] | None:
-        """How ``shape``'s samples are cut and where each scratch piece starts in a scratch row;
-        None where they do not hold the batch's stacked fields in the same order."""
-        if shape not in self._cuts:
-            pieces = _pieces(shape, self.layouts)
-            fits = pieces is not None and pieces.fields == self.fields
-            cuts = None if pieces is None or not fits else (pieces, np.cumsum((0, *pieces.scratch)).tolist())
-            self._cuts[shape] = cuts
-        return self._cuts[shape]
-
-    @classmethod
-    def first(cls, tar: TarShard, local: int, count: int, shape: Template) -> _Batch | None:
-        """The batch laid out by the stacked fields of sample ``local`` of ``tar``."""
-        layouts = stackable_fields(tar, local)
-        if not layouts:
-            return None
-        pieces = _pieces(shape, layouts)
-        return None if pieces is None else cls(layouts, pieces, count)
+    def fits(self, cut: _Cut) -> bool:
+        """Whether ``cut`` stacks the batch's fields, with its headers at the same places in a
+        scratch row, within the row."""
+        first = self.cut
+        return cut is first or (
+            cut.layouts == first.layouts
+            and cut.pieces.headers == first.pieces.headers
+            and cut.starts[-1] <= self.scratch.shape[1]
+        )
 
     def read(
         self,
         tar: TarShard,
-        shape: Template,
+        cut: _Cut,
         places: list[int],
         locals_: list[int],
         out: list[dict[str, Any] | None],
         url: str,
     ) -> bool:
-        """Samples ``locals_`` of ``tar`` into batch rows ``places`` (each sample's other bytes into
-        a scratch row); False where one does not fit ``shape``, falls short, has another ``.npy``
-        header than the batch's, or has a field that does not decode."""
-        cut = self.cut_of(shape)
-        if cut is None:
+        """Samples ``locals_`` of ``tar`` into batch rows ``places``; False where ``cut`` does not
+        fit the batch, a sample falls short, or a field does not decode."""
+        if not self.fits(cut):
             return False
-        pieces, cuts = cut
+        pieces, starts = cut.pieces, cut.starts
         table, descriptor = tar.samples, tar.file()
         keys, bounds, offsets, sizes = table.keys, table.bounds, table.offsets, table.sizes
         decoders = {field: tar.decoder(field) for field, at, _ in pieces.members if at >= 0}
-        scratch_rows = np.empty((len(places), cuts[-1]), np.uint8)
+        rows, byte_rows, members = self.rows, self.byte_rows, pieces.members
+        pairs = list(itertools.pairwise(starts[1:]))
+        head, last_member = slice(0, starts[1]), len(members) - 1
         read = 0
-        for row, (place, local) in enumerate(zip(places, locals_, strict=True)):
-            scratch = memoryview(scratch_rows[row])
-            buffers: list[Any] = [scratch[cuts[0] : cuts[1]]]
-            for number, field in enumerate(pieces.fields, start=1):
-                buffers += [self.byte_rows[field][place], scratch[cuts[number] : cuts[number + 1]]]
-            first_member = bounds[local]
-            start, last = offsets[first_member], first_member + len(shape.fields) - 1
+        for place, local in zip(places, locals_, strict=True):
+            scratch = memoryview(self.scratch[place])
+            buffers: list[Any] = [scratch[head]]
+            for byte_row, (begin, end) in zip(byte_rows, pairs, strict=True):
+                buffers += [byte_row[place], scratch[begin:end]]
+            first = bounds[local]
+            start = offsets[first]
             got = os.preadv(descriptor, buffers, start)
             read += got
-            if got < offsets[last] + sizes[last] - start:
+            if got < offsets[first + last_member] + sizes[first + last_member] - start:
                 return False
             sample: dict[str, Any] = {"__key__": keys[local]}
-            for field, at, number in pieces.members:
+            for field, at, number in members:
                 if at < 0:
-                    sample[field] = self.rows[field][place]
+                    sample[field] = rows[field][place]
                     continue
                 try:
-                    sample[field] = decoders[field](scratch[at : at + sizes[first_member + number]])
+                    sample[field] = decoders[field](scratch[at : at + sizes[first + number]])
                 except Exception:  # noqa: BLE001 - read as usual, which raises the error naming the sample
                     return False
             sample["__url__"] = url
             out[place] = sample
         tar.storage.stats.add("bytes_local", read)
+        return True
+
+    def headers_match(self) -> bool:
+        """Whether every row's ``.npy`` headers are the ones its layout was taken from."""
         return all(
-            (scratch_rows[:, at : at + len(header)] == np.frombuffer(header, np.uint8)).all()
-            and header == self.layouts[field].header
-            for field, (at, header) in zip(pieces.fields, pieces.headers, strict=True)
+            (self.scratch[:, at : at + len(header)] == np.frombuffer(header, np.uint8)).all()
+            for at, header in self.cut.pieces.headers
         )
