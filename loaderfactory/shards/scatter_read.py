@@ -118,10 +118,6 @@ class _Cut(NamedTuple):
     starts: list[int]
 
 
-SLACK = 4096
-"""Scratch bytes a batch's rows hold beyond its first shard's: other shards' spans differ by the
-sizes of their last members (a label of 1 to 3 digits, JSON of any length)."""
-
 _cuts: weakref.WeakKeyDictionary[TarShard, _Cut | None] = weakref.WeakKeyDictionary()
 
 
@@ -191,17 +187,21 @@ class _Batch:
             self.tensors[field].view(count, -1).view(torch.uint8).numpy() for field in cut.pieces.fields
         ]
         self.rows = {field: tensor.unbind(0) for field, tensor in self.tensors.items()}
-        self.scratch = np.empty((count, cut.starts[-1] + SLACK), np.uint8)
+        self.scratch = np.empty((count, cut.starts[-1]), np.uint8)
 
     def fits(self, cut: _Cut) -> bool:
-        """Whether ``cut`` stacks the batch's fields, with its headers at the same places in a
-        scratch row, within the row."""
+        """Whether ``cut`` stacks the batch's fields with its headers at the same places in a
+        scratch row; the rows grow when its span is longer (another shard's last members may be
+        longer: a label of more digits, longer JSON)."""
         first = self.cut
-        return cut is first or (
-            cut.layouts == first.layouts
-            and cut.pieces.headers == first.pieces.headers
-            and cut.starts[-1] <= self.scratch.shape[1]
-        )
+        if cut is not first and (cut.layouts != first.layouts or cut.pieces.headers != first.pieces.headers):
+            return False
+        width = self.scratch.shape[1]
+        if cut.starts[-1] > width:  # rows read so far keep their bytes (decoded fields may view them)
+            wider = np.empty((len(self.scratch), cut.starts[-1]), np.uint8)
+            wider[:, :width] = self.scratch
+            self.scratch = wider
+        return True
 
     def read(
         self,
