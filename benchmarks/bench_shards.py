@@ -9,10 +9,15 @@ shards (bench_shards_write.py; kept in ``--data`` and reused). Then, each in a f
 epoch of batches of ``--batch`` items with 0 and 2 workers: from local disk with the page cache warm,
 cold (``posix_fadvise(DONTNEED)`` on every data file first), and from S3 (a SeaweedFS server on
 loopback, each library's own S3 support, remote runs downloading into a fresh local cache folder).
-Per run: items/s and MB/s over the whole epoch (from building the loader to the last batch), time to
-the first batch and peak PSS of the process tree. Also the time to the first batch after a resume
-at 90% of an epoch next to a fresh start's, and two floors: a bare ``tarfile`` loop over the tar
-members and reading the files' bytes. Prints a table, writes JSON (``--out``) and a plot (``--plot``).
+``--order stored,shuffled`` (the default: both) reads each epoch in stored order and with each
+library's own default shuffle (bench_shards_libs.py says which), each in its own table rows; a
+shuffled row also shows the share of consecutive items from the same shard
+(bench_shards_neighbours.py) and whether every sample id came exactly once. Every run's process
+sets ``torch.set_num_threads(1)``. Per run: items/s and MB/s over the whole epoch (from building
+the loader to the last batch), time to the first batch and peak PSS of the process tree. Also the
+time to the first batch after a resume at 90% of an epoch next to a fresh start's, and two floors:
+a bare ``tarfile`` loop over the tar members and reading the files' bytes. Prints a table, writes
+JSON (``--out``) and a plot (``--plot``).
 
 ``--before CHECKOUT`` also makes every ``ours`` run with the loaderfactory of another checkout (a
 ``git worktree``), right after ours, as library ``ours@before``: a same-run comparison of two
@@ -24,6 +29,7 @@ median run; the JSON keeps every round's figure under ``repeats``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import re
@@ -55,6 +61,12 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--workers", default="0,2", help="comma-separated worker counts")
     parser.add_argument("--where", default="warm,cold,s3", help="which of warm, cold, s3")
+    parser.add_argument(
+        "--order", default="stored,shuffled", help="stored, shuffled (each library's default shuffle) or both"
+    )
+    parser.add_argument(
+        "--resume", action=argparse.BooleanOptionalAction, default=True, help="the resume rows (stored order)"
+    )
     parser.add_argument("--libraries", default=",".join(LIBRARIES))
     parser.add_argument("--sets", default=",".join(SETS))
     parser.add_argument("--data", default=os.path.join(tempfile.gettempdir(), "bench_shards_data"))
@@ -126,8 +138,8 @@ def plan(args: argparse.Namespace, root: Path, s3: dict[str, Any] | None) -> lis
             for library in args.libraries.split(","):
                 folder = root / library / name
                 shards = _shard_names(folder, ".tar")
-                for count_workers in workers:
-                    run = {**base, "mode": "epoch", "where": where, "library": library}
+                for order, count_workers in itertools.product(args.order.split(","), workers):
+                    run = {**base, "mode": "epoch", "where": where, "library": library, "order": order}
                     run.update(folder=str(folder), shards=shards, workers=count_workers)
                     if where == "s3":
                         if s3 is None:
@@ -141,7 +153,7 @@ def plan(args: argparse.Namespace, root: Path, s3: dict[str, Any] | None) -> lis
                     shards = _shard_names(folder, ".tar")
                     runs.append({**base, "mode": mode, "where": where, "library": mode, "workers": 0})
                     runs[-1].update(folder=str(folder), shards=shards)
-        for library in args.libraries.split(","):
+        for library in args.libraries.split(",") if args.resume else []:
             folder = root / library / name
             run = {**base, "mode": "resume", "where": "warm", "library": library, "workers": max(workers)}
             runs.append({**run, "folder": str(folder), "shards": _shard_names(folder, ".tar")})
@@ -174,9 +186,9 @@ def measure(run: dict[str, Any], number: int, total: int) -> dict[str, Any]:
     line = result.get("na") or (
         f"{result['items'] / result['seconds']:.0f} items/s" if "items" in result else "resumed"
     )
+    what = f"{run['set']} {run['where']} {run['mode']} {run.get('order', '')} {run['library']}"
     print(
-        f"[{number}/{total}] {run['set']} {run['where']} {run['mode']} {run['library']} "
-        f"workers={run['workers']}: {line} ({time.perf_counter() - started:.1f} s)",
+        f"[{number}/{total}] {what} workers={run['workers']}: {line} ({time.perf_counter() - started:.1f} s)",
         flush=True,
     )
     return {**{k: v for k, v in run.items() if k not in ("shards", "s3")}, "result": result}

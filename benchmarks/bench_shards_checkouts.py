@@ -47,9 +47,16 @@ pack([{"x": torch.full((size,), float(i))} for i in range(int(sys.argv[2]))], sy
 
 
 def _run(checkout: Path, code: str, *args: str) -> str:
-    env = {**os.environ, "PYTHONPATH": str(checkout.resolve())}
+    """``code`` run with ``checkout``'s loaderfactory: in the checkout, since ``python -c`` puts the
+    working directory ahead of ``PYTHONPATH`` (run from another checkout, it would import that one)."""
+    folder = str(checkout.resolve())
     done = subprocess.run(
-        [sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, check=True
+        [sys.executable, "-c", code, *args],
+        env={**os.environ, "PYTHONPATH": folder},
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        check=True,
     )
     return done.stdout.strip().splitlines()[-1] if done.stdout.strip() else ""
 

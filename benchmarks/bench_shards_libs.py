@@ -4,7 +4,16 @@ Each ``open_<library>(run)`` returns a :class:`Reader`: ``make(state)`` builds a
 (resumed from ``state`` when given, by the library's own resume) and ``save(loader)`` returns its
 state. Every batch holds ``batch`` items decoded to a uint8 tensor and an int label (collated to
 tensors). ``run`` is the dict bench_shards.py passes: ``folder`` (local) or ``url`` + ``s3`` (remote),
-``workers``, ``batch``, ``cache`` (a fresh local folder for remote runs).
+``workers``, ``batch``, ``cache`` (a fresh local folder for remote runs), ``order``.
+
+``order: shuffled`` reads with each library's own default shuffle, as its docs show for training:
+
+- ``ours``: ``shuffle: true`` with the defaults (``shuffle_window: auto`` from ``shuffle_memory``
+  4 GiB: every shard of these sets in one window);
+- ``wds``: ``WebDataset(urls, shardshuffle=100).shuffle(1000)`` (``shardshuffle=True`` is 100 shards,
+  with a warning to give a number; 1000 samples is the buffer of its README's training examples);
+- ``litdata``: ``StreamingDataset(shuffle=True)``;
+- ``mosaic``: ``StreamingDataset(shuffle=True)`` (its default algorithm, py1e).
 """
 
 from __future__ import annotations
@@ -23,13 +32,21 @@ class Reader:
     make: Callable[[Any], Any]
     save: Callable[[Any], Any] | None
     """None: the library has no resume."""
-    batch_items: Callable[[Any], tuple[int, int]]
-    """(items, data bytes) of a batch."""
+    batch_data: Callable[[Any], Any]
+    """The batch's uint8 data tensor (one row per item)."""
+
+    def batch_items(self, batch: Any) -> tuple[int, int]:
+        """(items, data bytes) of a batch."""
+        data = self.batch_data(batch)
+        return int(data.shape[0]), int(data.numel())
 
 
-def _tensor_batch(batch: Any) -> tuple[int, int]:
-    data = batch[0] if isinstance(batch, (list, tuple)) else batch["data"]
-    return int(data.shape[0]), int(data.numel())
+def _tensor_data(batch: Any) -> Any:
+    return batch[0] if isinstance(batch, (list, tuple)) else batch["data"]
+
+
+def _shuffled(run: dict[str, Any]) -> bool:
+    return run.get("order", "stored") == "shuffled"
 
 
 def _s3_env(run: dict[str, Any]) -> None:
@@ -60,6 +77,8 @@ def open_ours(run: dict[str, Any]) -> Reader:
         dataset["cache"] = {"dir": run["cache"]}
         dataset["predownload"] = run["batch"] * 64
     loader = {"kind": "torch", "batch_size": run["batch"], "num_workers": run["workers"]}
+    if _shuffled(run):
+        loader["shuffle"] = True
     config = {"dataset": dataset, "loader": loader}
 
     def make(state: Any) -> Any:
@@ -68,11 +87,10 @@ def open_ours(run: dict[str, Any]) -> Reader:
             built.load_state_dict(state)
         return built
 
-    def batch_items(batch: Any) -> tuple[int, int]:
-        data = batch["data"] if "data" in batch else batch["data.npy"]  # a checkout before the round trip
-        return int(data.shape[0]), int(data.numel())
+    def data(batch: Any) -> Any:
+        return batch["data"] if "data" in batch else batch["data.npy"]  # a checkout before the round trip
 
-    return Reader(make, lambda loader: loader.state_dict(), batch_items)
+    return Reader(make, lambda loader: loader.state_dict(), data)
 
 
 def open_wds(run: dict[str, Any]) -> Reader:
@@ -90,15 +108,14 @@ def open_wds(run: dict[str, Any]) -> Reader:
         urls = [os.path.join(run["folder"], name) for name in run["shards"]]
 
     def make(state: Any) -> Any:
-        dataset = (
-            wds.WebDataset(urls, shardshuffle=False, empty_check=False)
-            .decode()
-            .to_tuple("data.npy", "label.cls")
-            .map_tuple(torch.from_numpy, int)
-        )
+        if _shuffled(run):
+            samples = wds.WebDataset(urls, shardshuffle=100, empty_check=False).shuffle(1000)
+        else:
+            samples = wds.WebDataset(urls, shardshuffle=False, empty_check=False)
+        dataset = samples.decode().to_tuple("data.npy", "label.cls").map_tuple(torch.from_numpy, int)
         return torch.utils.data.DataLoader(dataset, batch_size=run["batch"], num_workers=run["workers"])
 
-    return Reader(make, None, _tensor_batch)
+    return Reader(make, None, _tensor_data)
 
 
 def open_litdata(run: dict[str, Any]) -> Reader:
@@ -118,13 +135,13 @@ def open_litdata(run: dict[str, Any]) -> Reader:
         kwargs: dict[str, Any] = {"storage_options": options} if options else {}
         if "url" in run:
             kwargs["cache_dir"] = run["cache"]
-        dataset = StreamingDataset(run.get("url") or run["folder"], shuffle=False, **kwargs)
+        dataset = StreamingDataset(run.get("url") or run["folder"], shuffle=_shuffled(run), **kwargs)
         loader = StreamingDataLoader(dataset, batch_size=run["batch"], num_workers=run["workers"])
         if state is not None:
             loader.load_state_dict(state)
         return loader
 
-    return Reader(make, lambda loader: loader.state_dict(), _tensor_batch)
+    return Reader(make, lambda loader: loader.state_dict(), _tensor_data)
 
 
 def open_mosaic(run: dict[str, Any]) -> Reader:
@@ -140,16 +157,14 @@ def open_mosaic(run: dict[str, Any]) -> Reader:
         for old in made:  # one live StreamingDataset per local folder
             del old
         made.clear()
-        if "url" in run:
-            dataset = StreamingDataset(remote=run["url"], local=run["cache"], batch_size=run["batch"])
-        else:
-            dataset = StreamingDataset(local=run["folder"], batch_size=run["batch"])
+        local = {"remote": run["url"], "local": run["cache"]} if "url" in run else {"local": run["folder"]}
+        dataset = StreamingDataset(**local, batch_size=run["batch"], shuffle=_shuffled(run))
         loader = StreamingDataLoader(dataset, batch_size=run["batch"], num_workers=run["workers"])
         if state is not None:
             loader.load_state_dict(state)
         return loader
 
-    return Reader(make, lambda loader: loader.state_dict(), _tensor_batch)
+    return Reader(make, lambda loader: loader.state_dict(), _tensor_data)
 
 
 OPENERS = {"ours": open_ours, "wds": open_wds, "litdata": open_litdata, "mosaic": open_mosaic}

@@ -16,6 +16,10 @@ def _rate(result: dict[str, Any]) -> float | None:
     return float(result["items"]) / float(result["seconds"])
 
 
+def _order(entry: dict[str, Any]) -> str:
+    return str(entry.get("order", "stored"))
+
+
 def _cells(result: dict[str, Any]) -> list[str]:
     rate = _rate(result)
     if rate is None:
@@ -23,17 +27,23 @@ def _cells(result: dict[str, Any]) -> list[str]:
     megabytes = result["bytes"] / 1e6 / result["seconds"]
     first = "" if result.get("first_s") is None else f"{result['first_s']:.2f}"
     pss = "" if not result.get("pss") else f"{result['pss'] / 2**20:.0f}"
-    return [f"{rate:,.0f}", f"{megabytes:,.0f}", first, pss]
+    same = "" if result.get("same_shard") is None else f"{result['same_shard']:.3f}"
+    if result.get("ids_exact") is False:
+        same += " (ids not exact)"
+    return [f"{rate:,.0f}", f"{megabytes:,.0f}", first, pss, same]
 
 
 def print_tables(results: list[dict[str, Any]]) -> None:
     """The throughput table, the resume table and how ours compares with the best peer per row."""
-    print("\n| set | where | workers | library | items/s | MB/s | first batch s | peak PSS MiB |")
-    print("|---|---|---|---|---:|---:|---:|---:|")
-    for entry in results:
+    print(
+        "\n| set | where | order | workers | library | items/s | MB/s | first batch s | peak PSS MiB"
+        " | same shard |"
+    )
+    print("|---|---|---|---|---|---:|---:|---:|---:|---:|")
+    for entry in sorted(results, key=lambda entry: _order(entry) != "stored"):  # stable: stored first
         if entry["mode"] == "resume":
             continue
-        head = [entry["set"], entry["where"], str(entry["workers"]), entry["library"]]
+        head = [entry["set"], entry["where"], _order(entry), str(entry["workers"]), entry["library"]]
         print("| " + " | ".join(head + _cells(entry["result"])) + " |")
     print("\n| set | library | workers | first batch, fresh s | after resume at 90% s | ratio |")
     print("|---|---|---|---:|---:|---:|")
@@ -51,26 +61,29 @@ def print_tables(results: list[dict[str, Any]]) -> None:
 
 
 def _print_goals(results: list[dict[str, Any]]) -> None:
-    rows: dict[tuple[str, str, int], dict[str, float]] = defaultdict(dict)
-    for entry in results:
+    rows: dict[tuple[str, str, str, int], dict[str, float]] = defaultdict(dict)
+    for entry in sorted(results, key=lambda entry: _order(entry) != "stored"):
         rate = _rate(entry["result"])
         if entry["mode"] == "epoch" and rate is not None:
-            rows[(entry["set"], entry["where"], entry["workers"])][entry["library"]] = rate
-    print("\n| set | where | workers | ours / best peer (items/s) | best peer |")
-    print("|---|---|---|---:|---|")
-    for (name, where, workers), rates in rows.items():
+            rows[(entry["set"], entry["where"], _order(entry), entry["workers"])][entry["library"]] = rate
+    print("\n| set | where | order | workers | ours / best peer (items/s) | best peer |")
+    print("|---|---|---|---|---:|---|")
+    for (name, where, order, workers), rates in rows.items():
         peers = {lib: rate for lib, rate in rates.items() if lib in PEERS}
         if "ours" not in rates or not peers:
             continue
         best = max(peers, key=lambda lib: peers[lib])
-        print(f"| {name} | {where} | {workers} | {rates['ours'] / peers[best]:.2f} | {best} |")
+        print(f"| {name} | {where} | {order} | {workers} | {rates['ours'] / peers[best]:.2f} | {best} |")
     compared = [(row, rates) for row, rates in rows.items() if "ours" in rates and BEFORE in rates]
     if compared:
-        print("\n| set | where | workers | ours, before | ours, this checkout | after / before |")
-        print("|---|---|---|---:|---:|---:|")
-        for (name, where, workers), rates in compared:
+        print("\n| set | where | order | workers | ours, before | ours, this checkout | after / before |")
+        print("|---|---|---|---|---:|---:|---:|")
+        for (name, where, order, workers), rates in compared:
             before, after = rates[BEFORE], rates["ours"]
-            print(f"| {name} | {where} | {workers} | {before:,.0f} | {after:,.0f} | {after / before:.2f} |")
+            print(
+                f"| {name} | {where} | {order} | {workers} | {before:,.0f} | {after:,.0f}"
+                f" | {after / before:.2f} |"
+            )
 
 
 def plot(results: list[dict[str, Any]], path: str) -> None:
@@ -89,7 +102,7 @@ def plot(results: list[dict[str, Any]], path: str) -> None:
             rate = _rate(entry["result"])
             if entry["set"] != name or entry["mode"] == "resume":
                 continue
-            labels.append(f"{entry['where']} w{entry['workers']} {entry['library']}")
+            labels.append(f"{entry['where']} {_order(entry)} w{entry['workers']} {entry['library']}")
             rates.append(rate or 0.0)
             colour.append(colours.get(entry["library"], "grey"))
         axis.barh(range(len(rates)), rates, color=colour)

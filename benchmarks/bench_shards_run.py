@@ -4,7 +4,11 @@ Prints one JSON line: items, data bytes, seconds for the epoch (from building th
 batch), seconds to the first batch, peak PSS summed over this process and its children (sampled every
 0.2 s with psutil), and for ``mode: resume`` the time to the first batch of a fresh loader and of one
 resumed at 90% of the epoch (by the library's own resume). Floors: ``floor_tar`` loops over the tar
-members of the webdataset shards with ``tarfile``; ``floor_bytes`` reads the files' bytes.
+members of the webdataset shards with ``tarfile``; ``floor_bytes`` reads the files' bytes. A
+shuffled epoch (``order: shuffled``) also reports ``same_shard`` and ``ids_exact``
+(bench_shards_neighbours.py), worked out after the clock stops. The process runs with
+``torch.set_num_threads(1)`` whatever the library: torch's intra-op threads stall the stacking of
+batches on a busy 2-core machine.
 """
 
 from __future__ import annotations
@@ -19,11 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import psutil
+import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_shards_libs import OPENERS
+from bench_shards_neighbours import fingerprints, neighbours
 
 RESUME_AT = 0.9
 
@@ -69,14 +76,21 @@ def epoch(run: dict[str, Any]) -> dict[str, Any]:
     loader = reader.make(None)
     items = data = 0
     first = None
+    shuffled = run.get("order") == "shuffled"
+    prints: list[np.ndarray] = []
     for batch in loader:
         if first is None:
             first = time.perf_counter() - start
         count, size = reader.batch_items(batch)
         items, data = items + count, data + size
+        if shuffled:
+            prints.append(fingerprints(reader.batch_data(batch)))
     seconds = time.perf_counter() - start
     _close(loader)
-    return {"items": items, "bytes": data, "seconds": seconds, "first_s": first, "pss": memory.stop()}
+    result = {"items": items, "bytes": data, "seconds": seconds, "first_s": first, "pss": memory.stop()}
+    if shuffled:
+        result.update(neighbours(run, np.concatenate(prints) if prints else np.zeros(0, np.uint64)))
+    return result
 
 
 def _first_batch_s(reader: Any, state: Any) -> float:
@@ -129,5 +143,6 @@ def floor_bytes(run: dict[str, Any]) -> dict[str, Any]:
 MODES = {"epoch": epoch, "resume": resume, "floor_tar": floor_tar, "floor_bytes": floor_bytes}
 
 if __name__ == "__main__":
+    torch.set_num_threads(1)  # every library alike: intra-op threads stall stacking on 2 busy cores
     spec = json.loads(sys.argv[1])
     print(json.dumps(MODES[spec["mode"]](spec)), flush=True)

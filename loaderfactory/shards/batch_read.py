@@ -22,6 +22,7 @@ import torch
 
 from loaderfactory.components.data.stacked import StackedItems, batch_tensor
 from loaderfactory.shards.errors import READ_ERRORS, StorageError, in_sample
+from loaderfactory.shards.scatter_read import SCATTERED, read_scattered
 from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.tar_stacked import NpyLayout, Target, read_rows, stackable_fields
 
@@ -61,10 +62,15 @@ def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
 def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[Any]:
     """``[dataset.read_sample(i) for i in indices]``, each run of consecutive samples of a shard read
     at once; fixed-size ``.npy`` fields of local tar shards straight into batch tensors
-    (``StackedItems``)."""
+    (``StackedItems``); a shuffled batch's samples one ``preadv`` each (:mod:`.scatter_read`)."""
     runs = batch_runs(dataset._ends, indices)
     if len(indices) > 1 and all(shard >= 0 for _, _, shard, _ in runs):
-        stacked = _read_stacked(dataset, indices, runs)
+        stacked = None
+        if len(runs) > SCATTERED * len(indices):  # a shuffled batch: nearly a run per sample
+            shard_of = [shard for first, stop, shard, _ in runs for _ in range(first, stop)]
+            stacked = read_scattered(dataset, indices, shard_of)
+        if stacked is None:
+            stacked = _read_stacked(dataset, indices, runs)
         if stacked is not None:
             return stacked
     out: list[Any] = []
