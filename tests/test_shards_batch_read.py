@@ -7,8 +7,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 from counting_http_server import CountingRangeHandler, serving
+from packed_items import assert_same
 from shards_data import id_samples, tar_bytes, write_parquet_shards, write_tar_shards
 
 import loaderfactory
@@ -16,17 +16,6 @@ from loaderfactory.shards import ShardError, ShardsDataset, tar_format
 from loaderfactory.shards.batch_read import batch_runs
 
 COUNTS = [5, 3, 7, 1, 6]
-
-
-def _same(batch: list[dict[str, Any]], one_by_one: list[dict[str, Any]]) -> None:
-    assert len(batch) == len(one_by_one)
-    for got, expected in zip(batch, one_by_one, strict=True):
-        assert list(got) == list(expected)
-        for field, value in expected.items():
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(got[field], value) and got[field].dtype == value.dtype
-            else:
-                assert got[field] == value
 
 
 def _index_lists(total: int) -> list[list[int]]:
@@ -47,7 +36,7 @@ def test_a_batch_equals_its_samples_one_by_one(tmp_path: Path, kind: str) -> Non
     urls = write(tmp_path, COUNTS)
     dataset = ShardsDataset(urls, open_shards=2)
     for indices in _index_lists(len(dataset)):
-        _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+        assert_same(list(dataset.__getitems__(indices)), [dataset[i] for i in indices], "batch")
     dataset.close()
 
 
@@ -109,9 +98,9 @@ def test_a_run_longer_than_one_read_is_read_in_pieces(
     monkeypatch.setattr(tar_format, "RUN_BYTES", 6000)  # about two 3 KB samples per read
     dataset = ShardsDataset(write_tar_shards(tmp_path, COUNTS))
     indices = list(range(len(dataset)))
-    _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+    assert_same(list(dataset.__getitems__(indices)), [dataset[i] for i in indices], "batch")
     monkeypatch.setattr(tar_format, "RUN_BYTES", 1)  # every sample alone
-    _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+    assert_same(list(dataset.__getitems__(indices)), [dataset[i] for i in indices], "batch")
 
 
 class Unavailable(CountingRangeHandler):

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import random
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from packed_items import assert_same
 from shards_data import id_samples, npy_bytes, tar_bytes, write_tar_shards
 
 import loaderfactory
@@ -18,17 +18,6 @@ from loaderfactory.shards import ShardsDataset, pack, tar_stacked
 from loaderfactory.shards.scatter_read import read_scattered
 
 COUNTS = [5, 3, 7, 1, 6]
-
-
-def _same(batch: list[dict[str, Any]], one_by_one: list[dict[str, Any]]) -> None:
-    assert len(batch) == len(one_by_one)
-    for got, expected in zip(batch, one_by_one, strict=True):
-        assert list(got) == list(expected)
-        for field, value in expected.items():
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(got[field], value) and got[field].dtype == value.dtype
-            else:
-                assert got[field] == value
 
 
 def _shard_of(dataset: ShardsDataset, indices: list[int]) -> list[int]:
@@ -42,7 +31,7 @@ def test_a_shuffled_batch_is_read_scattered_into_stacked_rows(tmp_path: Path) ->
     indices[:2] = [-1, -len(dataset)]  # negative indices count from the end
     read = read_scattered(dataset, indices, _shard_of(dataset, indices))
     assert isinstance(read, StackedItems)
-    _same(list(read), [dataset[i] for i in indices])
+    assert_same(list(read), [dataset[i] for i in indices], "batch")
     stacked = read.stacked["npy"]
     assert [int(row[0]) for row in stacked] == [i % len(dataset) for i in indices]
     dataset.close()
@@ -55,7 +44,7 @@ def test_the_batch_reader_takes_no_per_run_plan_for_a_shuffled_batch(
     indices = list(range(len(dataset)))
     random.Random(5).shuffle(indices)
     monkeypatch.setattr(tar_stacked, "_read_group", lambda *args: pytest.fail("planned run by run"))
-    _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+    assert_same(list(dataset.__getitems__(indices)), [dataset[i] for i in indices], "batch")
 
 
 @pytest.mark.parametrize(
@@ -71,7 +60,7 @@ def test_packed_items_read_scattered_come_back_as_packed(tmp_path: Path, fields:
     random.Random(7).shuffle(indices)
     read = read_scattered(dataset, indices, _shard_of(dataset, indices))
     assert isinstance(read, StackedItems) and len(set(_shard_of(dataset, indices))) > 1
-    _same(list(read), [dataset[i] for i in indices])
+    assert_same(list(read), [dataset[i] for i in indices], "batch")
     label = "label.cls" if fields == "raw" else "label"
     assert [item[label] for item in read] == indices
     dataset.close()
@@ -124,5 +113,5 @@ def test_a_shard_whose_samples_differ_is_read_as_before(tmp_path: Path, odd: dic
     dataset = ShardsDataset(_odd_shard(tmp_path / "shards", odd))
     indices = [8, 1, 7, 0, 9, 3]
     assert read_scattered(dataset, indices, _shard_of(dataset, indices)) is None
-    _same(dataset.__getitems__(indices), [dataset[i] for i in indices])
+    assert_same(list(dataset.__getitems__(indices)), [dataset[i] for i in indices], "batch")
     dataset.close()
