@@ -14,17 +14,24 @@ from shards_data import id_samples, npy_bytes, tar_bytes, write_tar_shards
 
 import loaderfactory
 from loaderfactory.components.data.stacked import StackedItems
-from loaderfactory.shards import ShardsDataset, pack, tar_stacked
+from loaderfactory.shards import ShardsDataset, pack, scatter_read, tar_stacked
 from loaderfactory.shards.scatter_read import read_scattered
 
 COUNTS = [5, 3, 7, 1, 6]
+
+
+@pytest.fixture(params=["whole", "pieces"])
+def cut(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Samples read whole into scratch rows (short ones), or cut into pieces (long ones)."""
+    monkeypatch.setattr(scatter_read, "WHOLE", 1 << 30 if request.param == "whole" else 0)
+    return str(request.param)
 
 
 def _shard_of(dataset: ShardsDataset, indices: list[int]) -> list[int]:
     return [dataset.locate(i if i >= 0 else i + len(dataset))[0] for i in indices]
 
 
-def test_a_shuffled_batch_is_read_scattered_into_stacked_rows(tmp_path: Path) -> None:
+def test_a_shuffled_batch_is_read_scattered_into_stacked_rows(tmp_path: Path, cut: str) -> None:
     dataset = ShardsDataset(write_tar_shards(tmp_path, COUNTS), open_shards=2)
     indices = list(range(len(dataset)))
     random.Random(3).shuffle(indices)
@@ -50,7 +57,9 @@ def test_the_batch_reader_takes_no_per_run_plan_for_a_shuffled_batch(
 @pytest.mark.parametrize(
     ("fields", "metadata"), [("item", False), ("item", True), ("raw", False)], ids=["item", "metadata", "raw"]
 )
-def test_packed_items_read_scattered_come_back_as_packed(tmp_path: Path, fields: str, metadata: bool) -> None:
+def test_packed_items_read_scattered_come_back_as_packed(
+    tmp_path: Path, fields: str, metadata: bool, cut: str
+) -> None:
     """Shards written by ``pack``, read in a shuffled batch: the packed items (or their stored
     fields on request), as ``dataset[i]`` gives them, over the batch's stacked tensors."""
     items = [{"image": torch.full((2, 3), float(i)), "label": i} for i in range(40)]
@@ -109,7 +118,9 @@ def _odd_shard(folder: Path, odd: dict[str, bytes]) -> list[str]:
     ],
     ids=["a longer array", "another dtype", "a member fewer", "another header, as long"],
 )
-def test_a_shard_whose_samples_differ_is_read_as_before(tmp_path: Path, odd: dict[str, bytes]) -> None:
+def test_a_shard_whose_samples_differ_is_read_as_before(
+    tmp_path: Path, odd: dict[str, bytes], cut: str
+) -> None:
     dataset = ShardsDataset(_odd_shard(tmp_path / "shards", odd))
     indices = [8, 1, 7, 0, 9, 3]
     assert read_scattered(dataset, indices, _shard_of(dataset, indices)) is None

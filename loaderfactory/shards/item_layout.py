@@ -20,7 +20,7 @@ webdataset sample: the stored names plus ``__key__`` and ``__url__``.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -166,6 +166,7 @@ class SampleShape:
         self.keys, self.metadata = tuple(keys), metadata
         self._type = "raw" if self.layout is None else self.layout.type
         self._names = {} if self.layout is None else self.layout.names()
+        self._renamed: dict[tuple[str, ...], tuple[str, ...]] = {}  # renamed_keys, by stored fields
         if self.layout is not None:
             self._check(self.layout)
 
@@ -253,6 +254,20 @@ class SampleShape:
                 item[known if known is not None else key_of(name)] = value
             out.append(item)
         return out
+
+    def renamed_keys(self, fields: Sequence[str]) -> tuple[str, ...] | None:
+        """Each stored field's key in the item, where an item is a dict of its sample's fields
+        renamed and nothing more (no ``__key__`` or ``__url__``); None for any other reading."""
+        if self._type != "dict" or self.metadata:
+            return None
+        fields = tuple(fields)
+        keys = self._renamed.get(fields)
+        if keys is None:
+            names = self._names
+            keys = self._renamed[fields] = tuple(
+                known if (known := names.get(name)) is not None else key_of(name) for name in fields
+            )
+        return keys
 
     def absent(self, item: Any) -> list[str]:
         """The ``keys`` that ``item`` (what :meth:`__call__` gave) lacks."""

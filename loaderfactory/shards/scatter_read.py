@@ -33,6 +33,10 @@ if TYPE_CHECKING:
 SCATTERED = 0.5
 """A batch is read this way when its runs of consecutive samples number more than this share of its
 samples (a shuffled batch: nearly one run per sample); longer runs read better as one span each."""
+WHOLE = 32 * 1024
+"""A sample whose span is at most this many bytes is read whole into its scratch row, and the
+stacked fields' data copied from the rows into the batch tensors at once: one buffer a read, which
+costs less than cutting the span into pieces when the data is small."""
 
 
 class Template(NamedTuple):
@@ -109,30 +113,76 @@ def _pieces(shape: Template, layouts: dict[str, NpyLayout]) -> _Pieces | None:
     return _Pieces(tuple(stacked), tuple(scratch), tuple(members), tuple(headers))
 
 
-class _Cut(NamedTuple):
-    """How a shard's samples are read: its stacked fields' layouts (from its first sample), the cut
-    of its span, and where each scratch piece starts in a scratch row (the last: the row's width)."""
+class _Reading(NamedTuple):
+    """How a shard's samples are read scattered: its template and stacked fields' layouts (from its
+    first sample), the cut of its span, where each scratch piece starts in a scratch row (the last:
+    the row's width), each member as (field, offset in a whole span or -1 for a stacked field,
+    member number), and per sample where its span starts and how many of its bytes must be read."""
 
+    template: Template
     layouts: dict[str, NpyLayout]
     pieces: _Pieces
     starts: list[int]
+    members: tuple[tuple[str, int, int], ...]
+    firsts: list[int]
+    needs: list[int]
+    decoders: dict[str, Any]
+    """What decodes each member that is not stacked."""
+    stacks: tuple[Any, ...]
+    """What the batch's shards must share: the stacked fields' layouts, their headers' places in a
+    scratch row cut into pieces and in a whole span (one object for equal values, compared by ``is``)."""
+    plans: dict[tuple[Any, ...], tuple[Any, ...]]
+    """Each :func:`_plan` made for the shard, by its item keys and cut."""
 
 
-_cuts: weakref.WeakKeyDictionary[TarShard, _Cut | None] = weakref.WeakKeyDictionary()
+_readings: weakref.WeakKeyDictionary[TarShard, _Reading | None] = weakref.WeakKeyDictionary()
 
 
-def _cut(shard: TarShard) -> _Cut | None:
-    """``shard``'s :class:`_Cut` (worked out once per shard and process); None where its samples do
-    not share a template or its first sample has no field to stack."""
-    if shard in _cuts:
-        return _cuts[shard]
-    shape, found = _find_template(shard.samples), None
+def _reading(shard: TarShard) -> _Reading | None:
+    """``shard``'s :class:`_Reading` (worked out once per shard and process); None where its
+    samples do not share a template or its first sample has no field to stack."""
+    if shard in _readings:
+        return _readings[shard]
+    table = shard.samples
+    shape, found = _find_template(table), None
     layouts = stackable_fields(shard, 0) if shape is not None and len(shard) else {}
     pieces = None if shape is None or not layouts else _pieces(shape, layouts)
-    if pieces is not None:
-        found = _Cut(layouts, pieces, np.cumsum((0, *pieces.scratch)).tolist())
-    _cuts[shard] = found
+    if shape is not None and pieces is not None:
+        bounds = np.asarray(table.bounds, dtype=np.int64)
+        offsets = np.asarray(table.offsets, dtype=np.int64)
+        sizes = np.asarray(table.sizes, dtype=np.int64)
+        firsts, lasts = offsets[bounds[:-1]], bounds[1:] - 1
+        needs = offsets[lasts] + sizes[lasts] - firsts
+        members = tuple(
+            (field, -1 if field in layouts else at, number)
+            for number, (field, at) in enumerate(zip(shape.fields, shape.offsets, strict=True))
+        )
+        starts = np.cumsum((0, *pieces.scratch)).tolist()
+        decoders = {field: shard.decoder(field) for field, at, _ in members if at >= 0}
+        stacked_at = tuple(
+            at for field, at in zip(shape.fields, shape.offsets, strict=True) if field in layouts
+        )
+        stacks = _STACKS.setdefault(*[(tuple(layouts.items()), pieces.headers, stacked_at)] * 2)
+        found = _Reading(
+            shape, layouts, pieces, starts, members, firsts.tolist(), needs.tolist(), decoders, stacks, {}
+        )
+    _readings[shard] = found
     return found
+
+
+_STACKS: dict[tuple[Any, ...], tuple[Any, ...]] = {}
+"""Each distinct :attr:`_Reading.stacks`, kept once (a handful a process)."""
+
+
+class _Group(NamedTuple):
+    """A shard's samples in the batch: the shard, its reading, its file, its URL and, where items
+    are its fields renamed, each field's key."""
+
+    tar: TarShard
+    reading: _Reading
+    descriptor: int
+    url: str
+    keys: tuple[str, ...] | None
 
 
 def read_scattered(
@@ -142,132 +192,186 @@ def read_scattered(
     stacked ``.npy`` fields read into batch tensors; None where the batch does not fit."""
     from loaderfactory.shards.batch_read import _open_run  # batch_read imports this module
 
-    groups: dict[int, list[int]] = {}
-    for place, shard in enumerate(shard_of):
-        groups.setdefault(shard, []).append(place)
-    length = len(dataset)
+    length, ends, shape = len(dataset), dataset._ends, dataset.shape
     positions = [index + length if index < 0 else index for index in indices]
-    out: list[dict[str, Any] | None] = [None] * len(indices)
-    batch: _Batch | None = None
-    for shard, places in groups.items():
-        low = dataset._ends[shard - 1] if shard else 0
-        locals_ = [positions[place] - low for place in places]
-        opened = _open_run(dataset, [positions[place] for place in places], shard, locals_[0])
+    places_of: dict[int, list[int]] = {}
+    for place, shard in enumerate(shard_of):
+        places_of.setdefault(shard, []).append(place)
+    groups: list[_Group] = []
+    group_of = [0] * len(indices)
+    locals_ = [0] * len(indices)
+    for number, (shard, places) in enumerate(places_of.items()):
+        low = ends[shard - 1] if shard else 0
+        first, last = positions[places[0]], positions[places[-1]]
+        opened = _open_run(dataset, (first, last), shard, first - low)
         tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
-        if not isinstance(tar, TarShard) or tar.file() < 0:
+        if not isinstance(tar, TarShard) or (descriptor := tar.file()) < 0:
             return None
-        cut = _cut(tar)
-        if cut is None:
+        reading = _reading(tar)
+        if reading is None:
             return None
-        if batch is None:
-            batch = _Batch(cut, len(indices))
-        if not batch.read(tar, cut, places, locals_, out):
-            return None
-    if batch is None or not batch.headers_match():
+        keys = shape.renamed_keys(reading.template.fields)
+        groups.append(_Group(tar, reading, descriptor, dataset.shards[shard].url, keys))
+        for place in places:
+            group_of[place], locals_[place] = number, positions[place] - low
+    batch = _Batch.of(groups, len(indices))
+    samples = None if batch is None else batch.read(groups, group_of, locals_)
+    if batch is None or samples is None:
         return None
-    return _as_items(dataset, groups, out, batch.tensors)
-
-
-def _as_items(
-    dataset: ShardsDataset,
-    groups: dict[int, list[int]],
-    samples: list[dict[str, Any] | None],
-    tensors: dict[str, torch.Tensor],
-) -> list[Any] | None:
-    """The read ``samples`` as the dataset's items (renamed to the packed item, or given their
-    ``__url__``), shard by shard, over the batch ``tensors``; None where one lacks a key it must have
-    (read as usual, which raises the error naming the sample)."""
-    shape = dataset.shape
-    items: list[Any] = [None] * len(samples)
-    for shard, places in groups.items():
-        read = [sample for place in places if (sample := samples[place]) is not None]
-        for place, item in zip(places, shape.items(read, dataset.shards[shard].url), strict=True):
-            items[place] = item
-    if shape.keys and any(shape.absent(item) for item in items):
-        return None
-    dataset.counters.add("samples", len(items))
+    if groups[0].keys is None:
+        samples = [shape(sample, groups[group].url) for sample, group in zip(samples, group_of, strict=True)]
+    if shape.keys and any(shape.absent(item) for item in samples):
+        return None  # read as usual, which raises the error naming the sample
+    dataset.counters.add("samples", len(samples))
     if shape.single:  # a single-value item is the row itself: collated as usual, the rows stacked again
-        return items
-    return StackedItems(items, {shape.field_of(field): tensor for field, tensor in tensors.items()})
+        return samples
+    return StackedItems(samples, {shape.field_of(field): tensor for field, tensor in batch.tensors.items()})
 
 
 class _Batch:
-    """The batch tensors, a scratch row per sample for the bytes around their data, and the reads."""
+    """The batch tensors, a scratch row per sample, and the reads.
 
-    def __init__(self, cut: _Cut, count: int) -> None:
-        self.cut = cut
-        layouts = cut.layouts
+    A short sample (:data:`WHOLE`) is read whole into its scratch row, and each stacked field's data
+    copied from the rows into its batch tensor at once; a longer one's pieces go straight where they
+    belong (the bytes around each stacked field's data into the scratch row, the data into its row
+    of the batch tensor: no second copy)."""
+
+    def __init__(self, first: _Reading, count: int, whole: bool, width: int) -> None:
+        layouts = first.layouts
+        self.fields = first.pieces.fields
+        self.whole = whole
         self.tensors = {
-            field: batch_tensor((count, *layouts[field].shape), layouts[field].dtype)
-            for field in cut.pieces.fields
+            field: batch_tensor((count, *layouts[field].shape), layouts[field].dtype) for field in self.fields
         }
         self.byte_rows = [
-            self.tensors[field].view(count, -1).view(torch.uint8).numpy() for field in cut.pieces.fields
+            self.tensors[field].view(count, -1).view(torch.uint8).numpy() for field in self.fields
         ]
-        self.rows = {field: tensor.unbind(0) for field, tensor in self.tensors.items()}
-        self.scratch = np.empty((count, cut.starts[-1]), np.uint8)
+        self.rows = [self.tensors[field].unbind(0) for field in self.fields]
+        self.scratch = np.empty((count, width), np.uint8)
+        self.flat = memoryview(self.scratch.reshape(-1))
+        self.headers = first.pieces.headers
+        """Each stacked field's ``.npy`` header: its offset in a scratch row, the bytes it must be."""
+        if whole:  # the header starts the member: at the member's offset in the span
+            at = first.stacks[2]
+            self.headers = tuple((start, header) for start, (_, header) in zip(at, self.headers, strict=True))
 
-    def fits(self, cut: _Cut) -> bool:
-        """Whether ``cut`` stacks the batch's fields with its headers at the same places in a
-        scratch row; the rows grow when its span is longer (another shard's last members may be
-        longer: a label of more digits, longer JSON)."""
-        first = self.cut
-        if cut is not first and (cut.layouts != first.layouts or cut.pieces.headers != first.pieces.headers):
-            return False
-        width = self.scratch.shape[1]
-        if cut.starts[-1] > width:  # rows read so far keep their bytes (decoded fields may view them)
-            wider = np.empty((len(self.scratch), cut.starts[-1]), np.uint8)
-            wider[:, :width] = self.scratch
-            self.scratch = wider
-        return True
+    @classmethod
+    def of(cls, groups: list[_Group], count: int) -> _Batch | None:
+        """The batch for ``groups``; None where their shards do not stack the same fields with the
+        same headers at the same places."""
+        first = groups[0].reading
+        whole, stacks = first.template.span <= WHOLE, first.stacks
+        if any(group.reading.stacks is not stacks for group in groups):
+            return None
+        if whole:
+            width = max(group.reading.template.span for group in groups)
+        else:
+            width = max(group.reading.starts[-1] for group in groups)
+        return cls(first, count, whole, width)
 
-    def read(
-        self,
-        tar: TarShard,
-        cut: _Cut,
-        places: list[int],
-        locals_: list[int],
-        out: list[dict[str, Any] | None],
-    ) -> bool:
-        """Samples ``locals_`` of ``tar`` into batch rows ``places``; False where ``cut`` does not
-        fit the batch, a sample falls short, or a field does not decode."""
-        if not self.fits(cut):
-            return False
-        pieces, starts = cut.pieces, cut.starts
-        table, descriptor = tar.samples, tar.file()
-        keys, bounds, offsets, sizes = table.keys, table.bounds, table.offsets, table.sizes
-        decoders = {field: tar.decoder(field) for field, at, _ in pieces.members if at >= 0}
-        rows, byte_rows, members = self.rows, self.byte_rows, pieces.members
-        pairs = list(itertools.pairwise(starts[1:]))
-        head, last_member = slice(0, starts[1]), len(members) - 1
-        read = 0
-        for place, local in zip(places, locals_, strict=True):
-            scratch = memoryview(self.scratch[place])
-            buffers: list[Any] = [scratch[head]]
-            for byte_row, (begin, end) in zip(byte_rows, pairs, strict=True):
-                buffers += [byte_row[place], scratch[begin:end]]
-            first = bounds[local]
-            start = offsets[first]
-            got = os.preadv(descriptor, buffers, start)
-            read += got
-            if got < offsets[first + last_member] + sizes[first + last_member] - start:
-                return False
-            sample: dict[str, Any] = {"__key__": keys[local]}
-            for field, at, number in members:
-                if at < 0:
-                    sample[field] = rows[field][place]
-                    continue
-                try:
-                    sample[field] = decoders[field](scratch[at : at + sizes[first + number]])
-                except Exception:  # noqa: BLE001 - read as usual, which raises the error naming the sample
-                    return False
-            out[place] = sample
-        tar.storage.stats.add("bytes_local", read)
-        return True
+    def read(self, groups: list[_Group], group_of: list[int], locals_: list[int]) -> list[Any] | None:
+        """Each sample (``locals_[place]`` of ``groups[group_of[place]]``) read into its rows: an
+        item where its group has keys, else its stored fields and ``__key__``; None where a sample
+        falls short, a field does not decode or a header differs."""
+        got = [0] * len(groups)
+        read = self._read_whole if self.whole else self._read_pieces
+        samples = read(groups, group_of, locals_, got)
+        for group, count in zip(groups, got, strict=True):
+            group.tar.storage.stats.add("bytes_local", count)
+        if samples is None or not self._headers_match():
+            return None
+        if self.whole:
+            for byte_row, (at, header) in zip(self.byte_rows, self.headers, strict=True):
+                start = at + len(header)
+                byte_row[:] = self.scratch[:, start : start + byte_row.shape[1]]
+        return samples
 
-    def headers_match(self) -> bool:
+    def _read_whole(
+        self, groups: list[_Group], group_of: list[int], locals_: list[int], got: list[int]
+    ) -> list[Any] | None:
+        flat, width, rows = self.flat, self.scratch.shape[1], self.rows
+        plans = [_plan(group, self.fields, whole=True) for group in groups]
+        preadv = os.preadv
+        samples: list[Any] = []
+        try:
+            for place, (number, local) in enumerate(zip(group_of, locals_, strict=True)):
+                descriptor, firsts, needs, bounds, sizes, keys, members = plans[number]
+                begin = place * width
+                count = preadv(descriptor, [flat[begin : begin + width]], firsts[local])
+                got[number] += count
+                if count < needs[local]:
+                    return None
+                first = bounds[local]
+                sample = {} if keys is None else {"__key__": keys[local]}
+                for name, at, member, decode in members:
+                    if decode is None:
+                        sample[name] = rows[member][place]
+                    else:
+                        at += begin
+                        sample[name] = decode(flat[at : at + sizes[first + member]])
+                samples.append(sample)
+        except Exception:  # noqa: BLE001 - read as usual, which raises the error naming the sample
+            return None
+        return samples
+
+    def _read_pieces(
+        self, groups: list[_Group], group_of: list[int], locals_: list[int], got: list[int]
+    ) -> list[Any] | None:
+        flat, width, rows, byte_rows = self.flat, self.scratch.shape[1], self.rows, self.byte_rows
+        plans = [_plan(group, self.fields, whole=False) for group in groups]
+        cuts = [list(itertools.pairwise(group.reading.starts)) for group in groups]
+        preadv = os.preadv
+        samples: list[Any] = []
+        try:
+            for place, (number, local) in enumerate(zip(group_of, locals_, strict=True)):
+                descriptor, firsts, needs, bounds, sizes, keys, members = plans[number]
+                (at, end), *around = cuts[number]
+                begin = place * width
+                buffers: list[Any] = [flat[begin + at : begin + end]]
+                for byte_row, (at, end) in zip(byte_rows, around, strict=True):
+                    buffers += [byte_row[place], flat[begin + at : begin + end]]
+                count = preadv(descriptor, buffers, firsts[local])
+                got[number] += count
+                if count < needs[local]:
+                    return None
+                first = bounds[local]
+                sample = {} if keys is None else {"__key__": keys[local]}
+                for name, at, member, decode in members:
+                    if decode is None:
+                        sample[name] = rows[member][place]
+                    else:
+                        at += begin
+                        sample[name] = decode(flat[at : at + sizes[first + member]])
+                samples.append(sample)
+        except Exception:  # noqa: BLE001 - read as usual, which raises the error naming the sample
+            return None
+        return samples
+
+    def _headers_match(self) -> bool:
         """Whether every row's ``.npy`` headers are the ones its layout was taken from."""
         return all(
             (self.scratch[:, at : at + len(header)] == np.frombuffer(header, np.uint8)).all()
-            for at, header in self.cut.pieces.headers
+            for at, header in self.headers
         )
+
+
+def _plan(group: _Group, stacked: tuple[str, ...], whole: bool) -> tuple[Any, ...]:
+    """How ``group``'s samples are read: its file, each sample's span start and the bytes it must
+    have, its table's member bounds and sizes, its sample keys (None where items are its fields
+    renamed, which take no ``__key__``), and each member as (its name in the sample or item, its
+    offset in a scratch row, its member number or for a stacked field its place in ``stacked``,
+    its decoder or None for a stacked field)."""
+    reading, table = group.reading, group.tar.samples
+    plan = reading.plans.get((group.keys, whole))
+    if plan is not None:
+        return plan
+    names = group.keys or reading.template.fields
+    members = reading.members if whole else reading.pieces.members
+    cuts = tuple(
+        (name, at, stacked.index(field), None) if at < 0 else (name, at, member, reading.decoders[field])
+        for name, (field, at, member) in zip(names, members, strict=True)
+    )
+    keys = None if group.keys is not None else table.keys
+    plan = (group.descriptor, reading.firsts, reading.needs, table.bounds, table.sizes, keys, cuts)
+    reading.plans[group.keys, whole] = plan
+    return plan
