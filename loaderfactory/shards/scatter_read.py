@@ -248,7 +248,7 @@ class _Batch:
         ]
         self.rows = [self.tensors[field].unbind(0) for field in self.fields]
         self.scratch = np.empty((count, width), np.uint8)
-        self.flat = memoryview(self.scratch.reshape(-1))
+        self.flat = memoryview(self.scratch.reshape(-1))  # type: ignore[arg-type]
         self.headers = first.pieces.headers
         """Each stacked field's ``.npy`` header: its offset in a scratch row, the bytes it must be."""
         if whole:  # the header starts the member: at the member's offset in the span
