@@ -97,8 +97,7 @@ def measure(
             counts = queue.sampling_counts
             loads = queue.telemetry()["loads"]
             if plots is not None:
-                for path in queue.plot_telemetry(plots):
-                    path.rename(path.with_name(f"{path.stem}_{policy}_{worker_type}_{seed}.png"))
+                plot_draws(counts, plots / f"draws_per_item_{policy}_{worker_type}_{seed}.png")
     finally:
         queue_module.LeastDrawn = LeastDrawn  # type: ignore[misc]
     return {
@@ -108,6 +107,24 @@ def measure(
         "draw_us": in_draw / draws * 1e6,
         "loads": loads,
     }
+
+
+def plot_draws(counts: np.ndarray[Any, np.dtype[np.int64]], path: Path) -> None:
+    """A histogram of draws per item, one bar per count, as a PNG."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    fig = Figure(figsize=(6, 3.5), layout="constrained")
+    ax = fig.add_subplot()
+    low, high = int(counts.min()), int(counts.max())
+    ax.hist(counts, bins=np.arange(low, high + 2) - 0.5, color="#4477aa")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ratio = f"max/min {high / low:.2f}" if low else "some never drawn"
+    ax.set_title(f"draws per item ({ratio})")
+    ax.set_xlabel("times drawn")
+    ax.set_ylabel("items")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=100)
 
 
 def iid_cv(draws: int, seeds: int) -> float:

@@ -1,9 +1,9 @@
-"""The command-line run's report: a table on the terminal, JSON and plots on disk."""
+"""The command-line run's report: a table on the terminal and JSON on disk (its figure is drawn by
+:mod:`loaderfactory.run_figure`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,26 +65,4 @@ def _shards_rows(shards: dict[str, Any] | None) -> list[tuple[str, str]]:
 def write_report(summary: dict[str, Any], path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
-    return path
-
-
-def plot_waits(waits: Sequence[float], path: Path) -> Path:
-    """A histogram of per-batch consumer wait, in ms, with p50 and p99 marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    values = np.asarray(waits, dtype=float) * 1e3
-    fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.hist(values, bins=min(50, max(5, len(values) // 4)), color="#4477aa")
-    for q, style in ((50, "--"), (99, ":")):
-        ax.axvline(float(np.percentile(values, q)), color="k", linestyle=style, label=f"p{q}")
-    ax.set_xlabel("consumer wait per batch (ms)")
-    ax.set_ylabel("batches")
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
     return path

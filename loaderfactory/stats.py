@@ -128,17 +128,26 @@ def _kernel_peak_mb() -> float:
 
 @dataclass
 class LoaderStats:
-    """Per-batch consumer wait and counts, filled in by :class:`~loaderfactory.loader.Loader`."""
+    """Per-batch consumer wait and counts, filled in by :class:`~loaderfactory.loader.Loader`.
+
+    Keeps two floats a batch (``waits``, ``arrivals``): the report plots each batch's wait over time.
+    """
 
     batches: int = 0
     items: int = 0
     waits: list[float] = field(default_factory=list)
+    arrivals: list[float] = field(default_factory=list)
+    """When each batch reached the consumer (``perf_counter``)."""
+    epoch_starts: list[int] = field(default_factory=list)
+    """The batch count at the start of each pass."""
     started: float | None = None
     finished: float | None = None
 
     def start(self) -> None:
+        """A pass begins: the first one starts the clock."""
         if self.started is None:
             self.started = time.perf_counter()
+        self.epoch_starts.append(self.batches)
 
     def record(self, wait: float, items: int, now: float | None = None) -> None:
         """One batch of ``items`` the consumer waited ``wait`` s for, got at ``now`` (``perf_counter``)."""
@@ -146,6 +155,7 @@ class LoaderStats:
         self.items += items
         self.waits.append(wait)
         self.finished = time.perf_counter() if now is None else now
+        self.arrivals.append(self.finished)
 
     def reset(self) -> None:
         self.__init__()  # type: ignore[misc]  # dataclass re-initialisation to defaults

@@ -41,7 +41,8 @@ def test_run_with_overrides_writes_a_report(tmp_path: Path) -> None:
         assert isinstance(report[key], int | float), key
     assert report["config"]["prefetch"]["buffer_size"] == 4
     assert report["config"]["loader"]["batch_size"] == 8
-    assert (tmp_path / "run" / "wait_hist.png").stat().st_size > 0
+    assert report["plots"] == [str(tmp_path / "run" / "report.png")]
+    assert (tmp_path / "run" / "report.png").stat().st_size > 0
     assert f"report: {tmp_path / 'run' / 'report.json'}" in result.stdout
 
 

@@ -152,27 +152,32 @@ def test_queue_needs_a_map_style_dataset() -> None:
         lf.build_loader({"queue": {"kind": "ram"}}, dataset=Stream())
 
 
-def test_telemetry_and_plots(tmp_path: Path) -> None:
-    """telemetry() reports sampling ratio, fill and age; plot_telemetry writes the histogram and fill PNGs."""
+def test_telemetry_and_fill_level() -> None:
+    """telemetry() reports sampling ratio, fill and age; fill_level() gives items and bytes held
+    against capacity and budget while the queue runs, nothing before it starts."""
     with QueueDataset(
         lf.build_loader(config()).dataset, epoch_size=40, capacity=8, log_sampling=True, seed=0
     ) as q:
+        assert q.fill_level() is None
         list(q)
         report = q.telemetry()
-        paths = q.plot_telemetry(tmp_path)
+        level = q.fill_level()
+        stages = q.stage_times()
     assert report["draws"] == 40 and report["fill_items"]["max"] == 8
     assert {"sampling_max_min_ratio", "never_drawn", "age_s", "peak_held_mb", "budget_mb"} <= set(report)
-    assert [p.name for p in paths] == ["queue_sampling_hist.png", "queue_fill.png"]
-    assert all(p.stat().st_size > 1000 for p in paths)
+    assert level is not None
+    assert (level["items"], level["capacity"], level["budget_bytes"]) == (report["qsize"], 8, q.budget)
+    assert level["bytes"] == pytest.approx(report["held_mb"] * 1e6, abs=1e3)
+    assert list(stages) == ["queue: first fill"] and stages["queue: first fill"] >= 0
 
 
 @pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
-def test_cli_runs_the_seed_example_and_writes_queue_plots(tmp_path: Path) -> None:
-    """``loaderfactory queue=slow_hdd dataset=volumes`` runs and reports the queue's telemetry and plots."""
+def test_cli_runs_the_seed_example_and_writes_its_figure(tmp_path: Path) -> None:
+    """``loaderfactory queue=slow_hdd dataset=volumes`` runs and reports the queue's telemetry and figure."""
     out = tmp_path / "run"  # cli()'s hydra.run.dir
     example = ("queue=slow_hdd", "dataset=volumes", "dataset.delay_ms=1", "queue.num_workers=2")
     result = cli(tmp_path, *example, "run.batches=8", "run.progress=false")
     assert result.returncode == 0, result.stderr
     report = json.loads((out / "report.json").read_text())
     assert report["components"]["queue"]["draws"] >= 8
-    assert (out / "queue_sampling_hist.png").is_file() and (out / "queue_fill.png").is_file()
+    assert report["plots"] == [str(out / "report.png")] and (out / "report.png").is_file()

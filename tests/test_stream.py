@@ -7,7 +7,6 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -237,8 +236,9 @@ def test_gated_producer_runs_only_when_allowed() -> None:
         assert [next(it) for _ in range(5)] == [1, 2, 3, 4, 5]
 
 
-def test_profile_telemetry_and_plots(tmp_path: Path) -> None:
-    """Each batch's wait lands in the profile under the stream's name, in telemetry() and in two plots."""
+def test_profile_telemetry_and_stage_times() -> None:
+    """Each batch's wait lands in the profile under the stream's name and in telemetry(); the
+    producer's busy time is the stage time the report draws."""
     profile: dict[str, list[float]] = {}
     with StreamWrapper(_Sized(5), buffer_size=2, epoch_size=4, name="train", profile=profile) as stream:
         for _ in range(3):
@@ -248,9 +248,9 @@ def test_profile_telemetry_and_plots(tmp_path: Path) -> None:
     assert report["name"] == "train" and report["batches"] == 12 and report["epochs"] == 3
     assert {"wait_p50_ms", "wait_p99_ms", "producer_busy_s"} <= set(report)
     json.dumps(report)
-    paths = stream.plot_telemetry(tmp_path)
-    assert [p.name for p in paths] == ["train_wait_hist.png", "train_timeline.png"]
-    assert all(p.stat().st_size > 0 for p in paths)
+    stages = stream.stage_times()
+    assert list(stages) == ["stream 'train': producer busy"]
+    assert stages["stream 'train': producer busy"] == pytest.approx(report["producer_busy_s"], abs=1e-4)
 
 
 @pytest.mark.parametrize("buffer_size", [0, 2])

@@ -34,6 +34,8 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
     try:
         run.stage = "building"  # importing torch first: seconds on a busy machine
         from loaderfactory.factory import build_loader
+        from loaderfactory.gauges import GaugeSampler
+        from loaderfactory.hydra.figure import run_gauges, run_record, write_figure
         from loaderfactory.stats import PeakMemory
 
         with PeakMemory() as memory:
@@ -43,7 +45,8 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
             with loader:
                 run.stage = "drawing batches"
                 try:
-                    run.summary = consume(loader, spec)
+                    with GaugeSampler(run_gauges(loader) if spec.run.plots else {}) as gauges:
+                        run.summary = consume(loader, spec)
                 except KeyboardInterrupt:  # the workers stop as the `with` ends, then we report
                     run.stopped, run.summary = run.stage, loader.telemetry()
                 run.stage = "closing"
@@ -52,7 +55,8 @@ def run_job(spec: LoaderSpec, out_dir: Path, say: Callable[[str], None]) -> dict
             raise ConfigError(no_batch_problem(spec, loader))
         summary = run.report(spec)
         if run.stopped is None and spec.run.plots:
-            summary["plots"] = [str(p) for p in write_plots(loader, out_dir)]
+            record = run_record(loader, summary, gauges.readings)
+            summary["plots"] = [str(write_figure(record, out_dir / spec.run.report))]
     except BuildInterrupted as stop:
         run.stopped, run.built, run.building = "building", stop.built, stop.building
     except KeyboardInterrupt:
@@ -207,20 +211,6 @@ def no_batch_problem(spec: LoaderSpec, loader: Loader) -> ConfigProblem:
         f"loader.drop_last={str(drop_last).lower()}; with drop_last an epoch needs at least batch_size "
         "items on each rank: use a longer dataset, a smaller loader.batch_size, or loader.drop_last=false",
     )
-
-
-def write_plots(loader: Loader, out_dir: Path) -> list[Path]:
-    """The wait histogram, plus whatever each component draws with its ``plot_telemetry(out_dir)``."""
-    from loaderfactory.report import plot_waits
-
-    paths = []
-    if loader.stats.waits:
-        paths.append(plot_waits(loader.stats.waits, out_dir / "wait_hist.png"))
-    for component in loader.components.values():
-        plot = getattr(component, "plot_telemetry", None)
-        if callable(plot):
-            paths.extend(plot(out_dir))
-    return paths
 
 
 def consume(loader: Loader, spec: LoaderSpec) -> dict[str, Any]:

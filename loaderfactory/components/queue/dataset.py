@@ -18,7 +18,6 @@ import time
 import warnings
 import weakref
 from collections.abc import Callable, Iterator, Mapping
-from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
@@ -298,9 +297,23 @@ class QueueDataset(IterableDataset[Any]):
             report.update(qsize=len(run.store), held_mb=round(run.store.nbytes / MB, 3))
         return report
 
-    def plot_telemetry(self, out_dir: Path) -> list[Path]:
-        """The sampling-frequency histogram and (with ``log_sampling``) the fill level, as PNGs."""
-        return self.telemetry_log.plot(Path(out_dir))
+    def fill_level(self) -> dict[str, float] | None:
+        """Items and bytes held now, against ``capacity`` and the RAM budget; ``None`` before the
+        queue starts. Cheap and safe from another thread: the report samples it during a run."""
+        run = self._run
+        if run is None:
+            return None
+        return {
+            "items": len(run.store),
+            "bytes": run.store.nbytes,
+            "capacity": self.capacity,
+            "budget_bytes": self.budget,
+        }
+
+    def stage_times(self) -> dict[str, float]:
+        """Seconds the queue's stages took, for the report's figure: the wait for its first fill."""
+        fill = self.telemetry_log.fill_wait_s
+        return {} if fill is None else {"queue: first fill": fill}
 
     def footprint(self, item_bytes: int, batch_bytes: int) -> tuple[str, int, str]:
         """For ``run.mode=plan``: (what runs, bytes of data held at most, what those bytes are)."""

@@ -1,10 +1,9 @@
 """What a :class:`~loaderfactory.components.queue.dataset.QueueDataset` records: draws per item,
-fill level and the age of drawn items, summarised for the run report and drawn as PNGs."""
+fill level and the age of drawn items, summarised for the run report."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -106,57 +105,6 @@ class QueueTelemetry:
             }
             report["age_s"]["max"] = round(float(ages.max()), 4)
         return report
-
-    def plot(self, out_dir: Path) -> list[Path]:
-        """``queue_sampling_hist.png`` and, with ``log_sampling``, ``queue_fill.png``."""
-        if not self.draws:
-            return []
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-
-        out_dir.mkdir(parents=True, exist_ok=True)
-        paths = []
-        fig, ax = plt.subplots(figsize=(6, 3.5))
-        ax.hist(
-            self.counts, bins=min(50, max(5, int(self.counts.max() - self.counts.min()) + 1)), color="#4477aa"
-        )
-        ratio = self.ratio()
-        ax.set_title(
-            f"draws per item (max/min {ratio:.2f})" if ratio else "draws per item (some never drawn)"
-        )
-        ax.set_xlabel("times drawn")
-        ax.set_ylabel("items")
-        fig.tight_layout()
-        path = out_dir / "queue_sampling_hist.png"
-        fig.savefig(path, dpi=100)
-        plt.close(fig)
-        paths.append(path)
-        if self.fill:
-            fig, ax = plt.subplots(figsize=(6, 3.5))
-            lines = ax.plot(self.fill_mb, color="#4477aa", label="MB held")
-            title = "queue fill level"
-            budget_mb = None if self.budget_bytes is None else self.budget_bytes / 1e6
-            if budget_mb is not None and budget_mb <= 2 * max(self.fill_mb):
-                lines.append(ax.axhline(budget_mb, color="k", linestyle="--", label="budget"))
-            elif budget_mb is not None:  # a line far above the data would flatten it
-                title += f" (budget {budget_mb:,.0f} MB, off the scale)"
-            ax.set_xlabel("draw")
-            ax.set_ylabel("MB held")
-            ax.set_ylim(bottom=0)
-            twin = ax.twinx()
-            lines += twin.plot(self.fill, color="#ee7733", linestyle=":", label="items")
-            twin.set_ylabel("items in the queue")
-            twin.set_ylim(bottom=0)
-            ax.legend(lines, [str(line.get_label()) for line in lines], loc="lower right")
-            ax.set_title(title)
-            fig.tight_layout()
-            path = out_dir / "queue_fill.png"
-            fig.savefig(path, dpi=100)
-            plt.close(fig)
-            paths.append(path)
-        return paths
 
 
 def _counts(owner: str, saved: Any, length: int) -> np.ndarray[Any, np.dtype[np.int64]]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 import time
 import weakref
 from collections.abc import Callable, Generator, Iterable, Iterator, Mapping
-from pathlib import Path
 from typing import Any
 
 from loaderfactory.components.state import (
@@ -290,11 +289,9 @@ class StreamWrapper:
         runs = "1 producer thread" if self.buffer_size else "the consumer's thread"
         return runs, self.buffer_size * batch_bytes, f"{self.buffer_size} buffered batches"
 
-    def plot_telemetry(self, out_dir: Path) -> list[Path]:
-        """A histogram of the consumer's wait per batch and a producer-vs-consumer timeline."""
-        from loaderfactory.components.stream.plots import plot_stream
-
-        return plot_stream(self.timeline, self.name, Path(out_dir))
+    def stage_times(self) -> dict[str, float]:
+        """Seconds the producer thread spent pulling batches, for the report's figure."""
+        return {f"stream {self.name!r}: producer busy": self.timeline.busy_total}
 
 
 class _Epoch:

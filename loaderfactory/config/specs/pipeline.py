@@ -34,7 +34,8 @@ class RunSpec(Spec):
     report: str = "report.json"
     """File name of the JSON report, in Hydra's output directory."""
     plots: bool = True
-    """Save PNG plots (consumer-wait histogram, and what components draw) beside the report."""
+    """Save the run's figure beside the report, named like it (`report.png`): the wait per batch
+    over time, per-stage times, the queue's fill and the shards opened (see docs/report.md)."""
 
     @field_validator("report")
     @classmethod

@@ -71,7 +71,7 @@ class QueueDatasetSpec(Spec):
     collate: CollateRef | None = Field(None, validation_alias=alias("collate", "collate_fn"))
     """``null``: the ``dict`` collate."""
     log_sampling: bool = False
-    """Record fill level and item age per draw (and plot them)."""
+    """Record fill level and item age per draw, summarised in the report."""
     timeout: Timeout = None
     """Seconds a draw may wait for the workers before a StallError; ``null``: forever."""
     multiprocessing_context: Literal["fork", "spawn", "forkserver"] | None = None
