@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from docs_pages import PAGES, ROOT, Block, blocks, is_part_of, marker_problems
+from docs_pages import PAGES, ROOT, Block, PageRun, blocks, is_part_of, marker_problems
 
 import loaderfactory
 
@@ -65,6 +65,22 @@ def test_a_marker_on_a_code_block_is_refused() -> None:
     assert marker_problems(Block("page.md", 3, "text", "x\n")) == [
         "page.md:3: a text block carries <!-- docs-test: text -->, or tested-by a test that checks it"
     ]
+
+
+def test_a_block_that_does_not_do_what_it_shows_fails(tmp_path: Path) -> None:
+    """Output that differs from what was printed, a command's other exit status and an excerpt that
+    is not its file's are each reported, naming the block."""
+    run = PageRun(tmp_path)
+    shown = "$ loaderfactory run.mode=validate loader.batch_size=0\nloaderfactory: all good\n"
+    with pytest.raises(AssertionError, match=r"page\.md:3: loaderfactory run\.mode=validate .* printed"):
+        run.run(Block("page.md", 3, "console", shown))
+    with pytest.raises(AssertionError, match=r"page\.md:5: loaderfactory run\.mode=validate"):
+        run.run(Block("page.md", 5, "bash", "loaderfactory run.mode=validate loader.batch_size=0\n"))
+    run.run(Block("page.md", 7, "bash", "loaderfactory run.mode=validate loader.batch_size=0  # exits 2\n"))
+    preset = "conf/loaderfactory/prefetch/thread.yaml"
+    assert is_part_of(Block("page.md", 9, "yaml", "buffer_size: 3\n", "part-of", preset)) == (
+        f"{preset}.buffer_size: 3 differs from the file's 1"
+    )
 
 
 def test_excerpts_are_the_files_they_name() -> None:
