@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import re
-import shlex
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 from loaderfactory.config.reference import reference
 
@@ -58,29 +54,3 @@ def test_the_first_screens_example_runs() -> None:
     command = [sys.executable, "-c", example + check]
     done = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-
-
-@pytest.mark.slow
-def test_the_pack_and_read_back_example_runs(tmp_path: Path) -> None:
-    """The README's two commands pack the synthetic data, then read it back with two workers, whose
-    reads the report counts (the table's shard rows as the README shows them)."""
-    pack, read = re.findall(
-        r"```bash\n(loaderfactory run\.mode=pack dataset=synthetic pack\.out=data/shards)\n"
-        r"(loaderfactory dataset=shards dataset\.urls=data/shards loader\.num_workers=2)\n```",
-        README,
-    )[0]
-    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
-    outputs = []
-    for command in (pack, read):
-        argv = [sys.executable, "-m", *shlex.split(command)]
-        done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, env=env, timeout=180)
-        assert done.returncode == 0, done.stderr[-3000:]
-        outputs.append(done.stdout + done.stderr)
-    (report,) = tmp_path.glob("outputs/*/*/report.json")
-    shards = json.loads(report.read_text())["shards"]
-    data = sum(path.stat().st_size for path in (tmp_path / "data" / "shards").glob("*.tar"))
-    assert shards["processes"] == 3 and shards["bytes_read_local"] >= data
-    table = re.search(r"```text\n(shards opened .*?)```", README, flags=re.DOTALL)
-    assert table is not None
-    for line in table[1].splitlines():
-        assert line.split("  ")[0] in outputs[1]

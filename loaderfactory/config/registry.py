@@ -123,7 +123,7 @@ def register(
         kind: the name YAML selects it by (``kind: my_thing``); stable ``snake_case``.
         spec: the :class:`~loaderfactory.config.specs.base.Spec` subclass validating its config.
         builder: called as ``builder(spec, upstream, context)`` for slots and
-            ``builder(spec)`` for datasets' helpers (see the README).
+            ``builder(spec)`` for datasets' helpers (see docs/guides/registering.md).
         contract: how the contract tests build a small pipeline with it (see :class:`Contract`);
             a list of overrides is ``Contract(overrides)``. Every slot kind needs one.
         replace: allow replacing an existing kind; otherwise re-registering raises.
