@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,11 +17,12 @@ import loaderfactory
 from loaderfactory import available
 from loaderfactory.config import registry
 from loaderfactory.config.schema import json_schema
-from loaderfactory.config.specs.base import RamBudget, Spec, WorkersSpec, parse_size
+from loaderfactory.config.specs.base import RamBudget, Spec, WorkersSpec
 from loaderfactory.config.specs.dataset import SyntheticDatasetSpec
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.pipeline import LoaderSpec, RunSpec
 from loaderfactory.config.specs.prefetch import ThreadBufferSpec
+from loaderfactory.sizes import SIZE_PATTERN, parse_size
 
 PACKAGE = Path(loaderfactory.__file__).parent
 
@@ -164,6 +166,26 @@ def test_parse_size_refuses_non_sizes(text: str) -> None:
     """A string that is not a number and a unit is a ValueError that lists the units."""
     with pytest.raises(ValueError, match=r"is not a size; write a number and a unit.*units: B, KB"):
         parse_size(text)
+
+
+@pytest.mark.parametrize(
+    "text", ["2GiB", "2gib", "1.5 GB", " 10B ", "3kb", "", "GiB", "2", "-1GiB", "2GiBs", "1e3KB", "2 MiB\n"]
+)
+def test_the_schema_pattern_accepts_what_parse_size_reads(text: str) -> None:
+    """The JSON schema's size ``pattern`` and ``parse_size`` agree on what a size string is."""
+    try:
+        parse_size(text)
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert (re.match(SIZE_PATTERN, text) is not None) == parsed
+
+
+def test_parse_size_is_still_importable_from_the_spec_base() -> None:
+    """``loaderfactory.config.specs.base.parse_size`` stays the one parser (re-exported from ``sizes``)."""
+    from loaderfactory.config.specs import base
+
+    assert base.parse_size is parse_size
 
 
 UNITS = {

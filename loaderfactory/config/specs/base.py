@@ -8,15 +8,12 @@ One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``rep
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
-    ByteSize,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -25,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from loaderfactory.sizes import SIZE_PATTERN
+from loaderfactory.sizes import parse_size as parse_size  # re-exported: its home before sizes.py
 
 Count = Annotated[int, Field(ge=1, strict=True)]
 """A whole number ≥ 1 (errors read "must be ≥ 1, got 0"); ``true`` is not a count."""
@@ -234,26 +234,6 @@ class WorkersSpec(Spec):
     worker_type: Literal["thread", "process"] = "process"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> ByteSize:
-    """``"2GiB"`` → 2147483648 bytes; raises ``ValueError`` naming the accepted units.
-
-    Stricter than ``pydantic.ByteSize`` on its own, whose unit table it uses: a unit is required
-    (a bare ``2`` is too easily meant as 2 GB) and a fraction is exact (``Decimal``: ByteSize's
-    float arithmetic turns ``"17589.6GB"`` into a few bytes less).
-    """
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(
-            f"{text!r} is not a size; write a number and a unit, e.g. '512MiB' or '2GB' "
-            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-        )
-    number, unit = match.groups()
-    return ByteSize(int(Decimal(number) * int(ByteSize.byte_sizes[unit.lower()])))
-
-
 def _ram_budget(value: Any) -> Any:
     if isinstance(value, str):
         size = parse_size(value)
@@ -273,7 +253,7 @@ def _ram_budget(value: Any) -> Any:
 _RAM_BUDGET_SCHEMA = {
     "anyOf": [
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"},
+        {"type": "string", "pattern": SIZE_PATTERN},
     ]
 }
 RamBudget = Annotated[float | int, BeforeValidator(_ram_budget), WithJsonSchema(_RAM_BUDGET_SCHEMA)]
