@@ -37,3 +37,21 @@ def test_the_test_extra_pins_the_checkers_to_the_installed_versions() -> None:
     names = [re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0] for requirement in extra]
     pins = {name: requirement.removeprefix(name) for name, requirement in zip(names, extra, strict=True)}
     assert {tool: pins[tool] for tool in CHECK_TOOLS} == {tool: f"=={version(tool)}" for tool in CHECK_TOOLS}
+
+
+def _python_folders() -> list[str]:
+    """Every folder of the package and of the Hydra plugin that holds Python modules."""
+    roots = [ROOT / "loaderfactory", ROOT / "hydra_plugins"]
+    folders = {path.parent for root in roots for path in root.rglob("*.py")}
+    folders -= {ROOT / "hydra_plugins", ROOT / "loaderfactory"}  # the latter's modules have rows of their own
+    return sorted(f"{folder.relative_to(ROOT)}/" for folder in folders)
+
+
+def test_where_things_live_has_a_line_for_every_folder_and_top_level_module() -> None:
+    """CONTRIBUTING.md's "Where things live" starts a table row with each Python folder, and names each
+    module at the package's top in the first cell of a row."""
+    folders = re.findall(r"^\| `([^`]+/)` \|", CONTRIBUTING, flags=re.MULTILINE)
+    assert sorted(set(_python_folders()) - set(folders)) == []
+    first_cells = " ".join(re.findall(r"^\| ([^|]*`[^|]*) \|", CONTRIBUTING, flags=re.MULTILINE))
+    modules = sorted(path.name for path in (ROOT / "loaderfactory").glob("*.py"))
+    assert [name for name in modules if f"{name}`" not in first_cells] == []
