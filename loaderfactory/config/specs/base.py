@@ -127,49 +127,6 @@ class Spec(BaseModel):
     sets (``thread_pool: true`` → ``worker_type: thread``); given with that field, refused like ``bs``
     with ``batch_size``."""
 
-    def read_ahead(self) -> tuple[int, str]:
-        """For ``stream`` and ``prefetch`` kinds: batches this stage holds besides its consumer's, and
-        where, naming its fields (``"buffer_size=4: 4 queued + 1 ..."``). The default holds none."""
-        return 0, ""
-
-    def collated_alive(self, held_after: int) -> tuple[int, str] | None:
-        """For kinds with a ``collate`` (``queue``, ``loader``): how many batches its collate made may
-        be alive at once when the stages after it hold ``held_after``, and why, naming the fields
-        (:mod:`loaderfactory.rules.ring`); ``None``: not known, nothing is checked."""
-        return None
-
-    def reused_batches(self) -> int | None:
-        """For ``collate`` kinds that reuse buffers: batches that stay valid together; ``None``: all."""
-        return None
-
-    def known_keys(self) -> list[str] | None:
-        """For ``dataset`` kinds: the keys of every item when the spec says (``None``: not known)."""
-        return None
-
-    def wanted_keys(self) -> list[str]:
-        """For ``collate`` kinds: the item keys it needs (a key filter, a tuple's keys)."""
-        return []
-
-    def known_length(self) -> int | None:
-        """For ``dataset`` kinds: items per epoch when the spec says (``None``: known once built)."""
-        return None
-
-    def empty_epoch_problems(
-        self, length: int, length_source: str, world_size: int | None = None
-    ) -> list[tuple[str, str, Any]]:
-        """For ``loader`` kinds: ``(path, message, value)`` when an epoch of ``length`` items gives some
-        rank no batch; ``world_size`` ``None``: what ``distributed`` says (1 unless explicit)."""
-        return []
-
-    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
-        """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense
-        when the slot before (a queue) already yields whole batches of ``batch_size`` items.
-
-        A kind that cannot follow a batching slot at all reports its ``kind``. The default refuses
-        nothing.
-        """
-        return []
-
     def is_location(self, path: tuple[str, ...], saved: str, now: str) -> bool:
         """Whether a difference at ``path`` (field names and list indices inside this spec) between the
         strings ``saved`` and ``now`` only says where the data lives: a :attr:`location_fields` field,

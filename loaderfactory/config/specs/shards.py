@@ -12,6 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Count, Spec, broken_rules
+from loaderfactory.config.specs.kinds import DatasetKindSpec
 from loaderfactory.config.specs.refs import Transforms
 from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
 from loaderfactory.sizes import SIZE_PATTERN, parse_size
@@ -66,7 +67,7 @@ def scheme_of(url: str) -> str:
     return scheme if sep else "file"
 
 
-class ShardsDatasetSpec(Spec):
+class ShardsDatasetSpec(DatasetKindSpec):
     """Samples of webdataset ``.tar`` or Parquet shards, local or remote (s3://, gs://, http(s)://).
 
     A map-style dataset over the shards' index (``loaderfactory-shards.json`` beside them; built and
