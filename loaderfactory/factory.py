@@ -7,6 +7,7 @@ from typing import Any
 from loaderfactory.builders import BuildContext
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import Spec
+from loaderfactory.config.specs.kinds import LoaderKindSpec
 from loaderfactory.errors import BuildInterrupted, ConfigError, ConfigProblem
 from loaderfactory.intake import at_root, take_in
 from loaderfactory.loader import Loader
@@ -100,7 +101,7 @@ def _prefixed(slot: str, problem: ConfigProblem) -> ConfigProblem:
 def _refuse_empty_epochs(spec: Any, components: dict[str, Any]) -> None:
     """The spec's epoch rule again, with what only building tells: the length of a ``_target_`` or
     folder dataset, the world size of ``distributed: auto``. Before the first batch, same message."""
-    if spec.queue is not None or "loader" not in components:
+    if spec.queue is not None or "loader" not in components or not isinstance(spec.loader, LoaderKindSpec):
         return
     try:
         length = len(components["dataset"])

@@ -1,8 +1,9 @@
 """The way in: what users hand us (a YAML path, dict, OmegaConf node or spec) becomes a validated spec.
 
-OmegaConf nodes and YAML files become plain data here, once, at the edge; the config layer below
-(:mod:`loaderfactory.config.validation`) sees only plain data. A node taken from a larger config
-(``cfg.data``) has its problems named from that config's root (``data.loader.batch_size``).
+OmegaConf nodes and YAML files become plain data here, once (through :mod:`loaderfactory.plain`);
+the config layer below (:mod:`loaderfactory.config.validation`) sees only plain data. A node taken
+from a larger config (``cfg.data``) has its problems named from that config's root
+(``data.loader.batch_size``).
 """
 
 from __future__ import annotations
@@ -47,11 +48,7 @@ def take_in(config: Any, *, require_dataset: bool = True) -> Intake:
     if type(config) is dict:  # nothing for OmegaConf to do: its import (~0.5 s) is spared
         with contextlib.suppress(_NeedsOmegaConf):
             return Intake(validate_plain(_plain_copy(config), require_dataset, ""), "")
-    from loaderfactory.hydra.convert import (
-        explain_interpolations,
-        node_path,
-        to_plain,
-    )  # OmegaConf only where a config needs it
+    from loaderfactory.plain import explain_interpolations, node_path, to_plain  # imports OmegaConf
 
     root = node_path(config)
     try:

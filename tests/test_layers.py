@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import subprocess
 import sys
@@ -99,3 +100,34 @@ def test_the_config_layer_loads_when_a_name_needs_it(loaded_after: dict[str, lis
     assert sorted(loaderfactory.__all__) == loaderfactory.__all__
     with pytest.raises(AttributeError, match="no attribute 'nope'"):
         loaderfactory.nope  # noqa: B018 - the attribute access is the test
+
+
+EDGES = ("loaderfactory.hydra", "loaderfactory.lightning", "loaderfactory.__main__")
+"""The modules that may import the Hydra edge; the package's ``__init__`` names ``compose`` lazily."""
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module an ``import`` statement in ``path`` names, relative imports made absolute."""
+    name = _module_name(path)
+    package = name.split(".") if path.name == "__init__.py" else name.split(".")[:-1]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = ".".join(package[: len(package) - node.level + 1]) if node.level else ""
+            module = ".".join(part for part in (base, node.module or "") if part)
+            found.add(module)
+            found.update(f"{module}.{alias.name}" for alias in node.names)
+    return found
+
+
+def test_the_core_never_imports_the_hydra_edge() -> None:
+    """Only ``hydra/``, ``lightning/`` and ``__main__`` import ``loaderfactory.hydra``; the core converts
+    OmegaConf nodes through ``loaderfactory.plain``."""
+    offenders = {
+        _module_name(path): sorted(m for m in _imported_modules(path) if m.startswith("loaderfactory.hydra"))
+        for path in PACKAGE.rglob("*.py")
+        if not _module_name(path).startswith(EDGES) and _module_name(path) != "loaderfactory"
+    }
+    assert {module: names for module, names in offenders.items() if names} == {}

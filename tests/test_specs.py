@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import json
+import re
 from decimal import Decimal
 from pathlib import Path
 
@@ -16,11 +17,19 @@ import loaderfactory
 from loaderfactory import available
 from loaderfactory.config import registry
 from loaderfactory.config.schema import json_schema
-from loaderfactory.config.specs.base import RamBudget, Spec, WorkersSpec, parse_size
+from loaderfactory.config.specs.base import RamBudget, Spec, WorkersSpec
 from loaderfactory.config.specs.dataset import SyntheticDatasetSpec
+from loaderfactory.config.specs.kinds import (
+    BatchingKindSpec,
+    CollateKindSpec,
+    DatasetKindSpec,
+    LoaderKindSpec,
+    StageKindSpec,
+)
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.pipeline import LoaderSpec, RunSpec
 from loaderfactory.config.specs.prefetch import ThreadBufferSpec
+from loaderfactory.sizes import SIZE_PATTERN, parse_size
 
 PACKAGE = Path(loaderfactory.__file__).parent
 
@@ -166,6 +175,26 @@ def test_parse_size_refuses_non_sizes(text: str) -> None:
         parse_size(text)
 
 
+@pytest.mark.parametrize(
+    "text", ["2GiB", "2gib", "1.5 GB", " 10B ", "3kb", "", "GiB", "2", "-1GiB", "2GiBs", "1e3KB", "2 MiB\n"]
+)
+def test_the_schema_pattern_accepts_what_parse_size_reads(text: str) -> None:
+    """The JSON schema's size ``pattern`` and ``parse_size`` agree on what a size string is."""
+    try:
+        parse_size(text)
+        parsed = True
+    except ValueError:
+        parsed = False
+    assert (re.match(SIZE_PATTERN, text) is not None) == parsed
+
+
+def test_parse_size_is_still_importable_from_the_spec_base() -> None:
+    """``loaderfactory.config.specs.base.parse_size`` stays the one parser (re-exported from ``sizes``)."""
+    from loaderfactory.config.specs import base
+
+    assert base.parse_size is parse_size
+
+
 UNITS = {
     "B": 1,
     "KB": 10**3,
@@ -280,3 +309,46 @@ def test_specs_never_import_torch_or_hydra(path: Path) -> None:
 def test_components_never_import_pydantic_or_hydra(path: Path) -> None:
     """Runtime components are usable straight from Python, with no config machinery."""
     assert not _imports(path) & {"pydantic", "pydantic_core", "hydra", "omegaconf"}
+
+
+# --- slot bases: the hooks a kind's author sees ------------------------------------------------------
+
+SLOT_BASES = {
+    "dataset": DatasetKindSpec,
+    "queue": BatchingKindSpec,
+    "loader": LoaderKindSpec,
+    "stream": StageKindSpec,
+    "prefetch": StageKindSpec,
+    "collate": CollateKindSpec,
+}
+
+
+@pytest.mark.parametrize("table", sorted(SLOT_BASES))
+def test_every_built_in_kind_subclasses_its_slots_base(table: registry.Table) -> None:
+    """Each built-in kind's spec derives from its slot's base, where the hooks that apply live
+    (``_target_`` kinds take the defaults)."""
+    specs = {kind: registry.lookup(table, kind).spec for kind in available(table) if kind != "_target_"}
+    builtins = {kind: spec for kind, spec in specs.items() if spec.__module__.startswith("loaderfactory.")}
+    assert builtins
+    assert [kind for kind, spec in builtins.items() if not issubclass(spec, SLOT_BASES[table])] == []
+
+
+def test_the_spec_base_keeps_only_what_every_spec_declares() -> None:
+    """Slot hooks live on the slot bases: the plain ``Spec`` offers none of them."""
+    hooks = {
+        name
+        for base in SLOT_BASES.values()
+        for name, value in vars(base).items()
+        if callable(value) and not name.startswith("__")
+    }
+    assert hooks == {
+        "collated_alive",
+        "empty_epoch_problems",
+        "known_keys",
+        "known_length",
+        "read_ahead",
+        "refuse_after_batches",
+        "reused_batches",
+        "wanted_keys",
+    }
+    assert [name for name in hooks if hasattr(Spec, name)] == []

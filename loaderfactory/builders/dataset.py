@@ -2,17 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
-
-import numpy as np
-import torch
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.builders.targets import instantiate_target
 from loaderfactory.components.data.datasets import SyntheticDataset, TensorFolderDataset
-from loaderfactory.config.registry import CONTRACT_LENGTH
 from loaderfactory.config.specs.dataset import (
     SyntheticDatasetSpec,
     TargetDatasetSpec,
@@ -46,23 +41,3 @@ def build_tensor_folder(spec: TensorFolderSpec, upstream: None, context: BuildCo
 
 def build_target(spec: TargetDatasetSpec, upstream: None, context: BuildContext) -> Any:
     return instantiate_target(spec, "dataset")
-
-
-def tensor_folder_example(folder: Path) -> list[str]:
-    """Contract setup: ``CONTRACT_LENGTH`` dict items as ``.pt`` files in ``folder``, and its overrides."""
-    for index in range(CONTRACT_LENGTH):
-        item = {"image": torch.full((2,), float(index)), "label": torch.tensor(index % 3), "index": index}
-        torch.save(item, folder / f"item_{index:03d}.pt")
-    return ["dataset=tensor_folder", f"dataset.root={folder}"]
-
-
-def tensor_folder_npy_example(folder: Path) -> list[str]:
-    """Contract setup: one ``.npy`` array per item, read as the item ``{"index": tensor(index)}``."""
-    for index in range(CONTRACT_LENGTH):
-        np.save(folder / f"item_{index:03d}.npy", np.array(index))
-    return [
-        "dataset=tensor_folder",
-        f"dataset.root={folder}",
-        "dataset.pattern=*.npy",
-        "dataset.array_key=index",
-    ]

@@ -1,18 +1,11 @@
-"""Builder of the ``shards`` dataset, the ``run.mode=index`` job, and the kind's contract data."""
+"""Builder of the ``shards`` dataset and the ``run.mode=index`` job."""
 
 from __future__ import annotations
 
-import io
-import itertools
-import tarfile
-from pathlib import Path
 from typing import Any
-
-import numpy as np
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.helpers import build_transforms
-from loaderfactory.config.registry import CONTRACT_LENGTH
 from loaderfactory.config.specs.shards import ShardsDatasetSpec
 from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
 from loaderfactory.shards import (
@@ -101,39 +94,3 @@ def _recorded_items(url: str, storage: Storage) -> ItemLayout | None:
         return read_index(url, storage).items
     except (FileNotFoundError, ShardError):
         return None
-
-
-def _member(archive: tarfile.TarFile, name: str, data: bytes) -> None:
-    info = tarfile.TarInfo(name)
-    info.size = len(data)
-    archive.addfile(info, io.BytesIO(data))
-
-
-def _npy(value: int) -> bytes:
-    out = io.BytesIO()
-    np.save(out, np.full(2, value, dtype=np.float32), allow_pickle=False)
-    return out.getvalue()
-
-
-def shards_tar_example(folder: Path) -> list[str]:
-    """Contract setup: ``CONTRACT_LENGTH`` samples in 3 tar shards; ``index`` holds the id's digits
-    (a field without a decoder stays bytes), ``npy`` a tensor of it."""
-    bounds = np.linspace(0, CONTRACT_LENGTH, 4).astype(int)
-    for number, (first, end) in enumerate(itertools.pairwise(bounds)):
-        with tarfile.open(folder / f"train-{number:03d}.tar", "w", format=tarfile.USTAR_FORMAT) as archive:
-            for index in range(first, end):
-                _member(archive, f"s{index:04d}.index", str(index).encode())
-                _member(archive, f"s{index:04d}.npy", _npy(index))
-    return ["dataset=shards", f"dataset.urls='{folder}/train-{{000..002}}.tar'"]
-
-
-def shards_parquet_example(folder: Path) -> list[str]:
-    """Contract setup: ``CONTRACT_LENGTH`` rows in 2 Parquet shards, columns ``index`` and ``vector``."""
-    import pyarrow as pa  # type: ignore[import-untyped]  # pyarrow ships no type stubs
-    import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type stubs
-
-    half = CONTRACT_LENGTH // 2
-    for number, ids in enumerate((range(half), range(half, CONTRACT_LENGTH))):
-        table = pa.table({"index": list(ids), "vector": [[float(i), -float(i)] for i in ids]})
-        pq.write_table(table, folder / f"part-{number}.parquet", row_group_size=8)
-    return ["dataset=shards", f"dataset.urls={folder}/", "dataset.shuffle_window=2"]

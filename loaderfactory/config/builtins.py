@@ -38,15 +38,20 @@ def builder(module: str, name: str) -> lazy:
     return lazy(f"loaderfactory.builders.{module}", name)
 
 
+def example(name: str) -> lazy:
+    """``loaderfactory.testing.contract_data.<name>``: a contract's files, imported when first called."""
+    return lazy("loaderfactory.testing.contract_data", name)
+
+
 # Contracts: the overrides that put each slot kind into the contract tests' small pipeline.
 synthetic = ["dataset=synthetic", f"dataset.length={CONTRACT_LENGTH}", "dataset.fields.image.shape=[2]"]
 folder = [
-    Contract(builder("dataset", "tensor_folder_example")),
-    Contract(builder("dataset", "tensor_folder_npy_example"), name="npy"),
+    Contract(example("tensor_folder_example")),
+    Contract(example("tensor_folder_npy_example"), name="npy"),
 ]
 shards = [
-    Contract(builder("shards", "shards_tar_example"), name="tar"),
-    Contract(builder("shards", "shards_parquet_example"), name="parquet"),
+    Contract(example("shards_tar_example"), name="tar"),
+    Contract(example("shards_parquet_example"), name="parquet"),
 ]
 ram = Contract(
     ["queue=ram", "queue.epoch_size=6", "queue.batch_size=4", "queue.capacity=8"], exact_resume=False

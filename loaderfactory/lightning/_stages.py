@@ -191,7 +191,7 @@ def _plain(config: Any) -> dict[str, Any] | LoaderSpec:
     """Plain data of a stage config; an object where a config belongs means Hydra built it already."""
     if isinstance(config, LoaderSpec):
         return config
-    from loaderfactory.hydra.convert import to_plain  # OmegaConf only where a config needs it
+    from loaderfactory.plain import to_plain  # OmegaConf only where a config needs it
 
     plain = to_plain(config)
     objects = list(_objects(plain, ""))
@@ -228,7 +228,7 @@ def _objects(value: Any, path: str) -> Any:
 def _node_path(config: Any) -> str:
     if isinstance(config, LoaderSpec | dict | str | os.PathLike):
         return ""
-    from loaderfactory.hydra.convert import node_path
+    from loaderfactory.plain import node_path
 
     return node_path(config)
 

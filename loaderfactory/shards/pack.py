@@ -128,7 +128,7 @@ def pack(
 def shard_limit(shard_size: int | str) -> int:
     """``shard_size`` in bytes: an int as it is, a size string parsed (``"64MiB"``)."""
     if isinstance(shard_size, str):
-        from loaderfactory.config.specs.base import parse_size  # pydantic only for a size string
+        from loaderfactory.sizes import parse_size  # pydantic only for a size string
 
         try:
             shard_size = int(parse_size(shard_size))

@@ -3,7 +3,7 @@
 A ``KeyboardInterrupt`` raised while torch forks the workers, or before the pass that watches them
 exists, leaves a half-made iterator whose ``__del__`` prints a traceback, and workers nobody stops;
 one raised inside a ``close()`` leaves the rest of it undone (a download pool's queue, run to its
-end at exit). A SIGINT handler that can wait (the command's, :mod:`loaderfactory.hydra.interrupts`)
+end at exit). A SIGINT handler that can wait (the command's, in its ``interrupts`` module)
 asks :func:`held_in` and raises once the step is over; Python's own handler raises at once, as always.
 """
 

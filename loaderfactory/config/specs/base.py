@@ -8,15 +8,12 @@ One vocabulary across kinds: ``batch_size``, ``buffer_size``, ``timeout``, ``rep
 from __future__ import annotations
 
 import math
-import re
-from decimal import Decimal
 from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
     BaseModel,
     BeforeValidator,
-    ByteSize,
     ConfigDict,
     Field,
     ModelWrapValidatorHandler,
@@ -25,6 +22,9 @@ from pydantic import (
     model_validator,
 )
 from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from loaderfactory.sizes import SIZE_PATTERN
+from loaderfactory.sizes import parse_size as parse_size  # re-exported: its home before sizes.py
 
 Count = Annotated[int, Field(ge=1, strict=True)]
 """A whole number ≥ 1 (errors read "must be ≥ 1, got 0"); ``true`` is not a count."""
@@ -127,49 +127,6 @@ class Spec(BaseModel):
     sets (``thread_pool: true`` → ``worker_type: thread``); given with that field, refused like ``bs``
     with ``batch_size``."""
 
-    def read_ahead(self) -> tuple[int, str]:
-        """For ``stream`` and ``prefetch`` kinds: batches this stage holds besides its consumer's, and
-        where, naming its fields (``"buffer_size=4: 4 queued + 1 ..."``). The default holds none."""
-        return 0, ""
-
-    def collated_alive(self, held_after: int) -> tuple[int, str] | None:
-        """For kinds with a ``collate`` (``queue``, ``loader``): how many batches its collate made may
-        be alive at once when the stages after it hold ``held_after``, and why, naming the fields
-        (:mod:`loaderfactory.rules.ring`); ``None``: not known, nothing is checked."""
-        return None
-
-    def reused_batches(self) -> int | None:
-        """For ``collate`` kinds that reuse buffers: batches that stay valid together; ``None``: all."""
-        return None
-
-    def known_keys(self) -> list[str] | None:
-        """For ``dataset`` kinds: the keys of every item when the spec says (``None``: not known)."""
-        return None
-
-    def wanted_keys(self) -> list[str]:
-        """For ``collate`` kinds: the item keys it needs (a key filter, a tuple's keys)."""
-        return []
-
-    def known_length(self) -> int | None:
-        """For ``dataset`` kinds: items per epoch when the spec says (``None``: known once built)."""
-        return None
-
-    def empty_epoch_problems(
-        self, length: int, length_source: str, world_size: int | None = None
-    ) -> list[tuple[str, str, Any]]:
-        """For ``loader`` kinds: ``(path, message, value)`` when an epoch of ``length`` items gives some
-        rank no batch; ``world_size`` ``None``: what ``distributed`` says (1 unless explicit)."""
-        return []
-
-    def refuse_after_batches(self, batch_size: int | None) -> list[tuple[str, str, Any]]:
-        """For ``loader``-slot kinds: ``(field, message, value)`` for each setting that makes no sense
-        when the slot before (a queue) already yields whole batches of ``batch_size`` items.
-
-        A kind that cannot follow a batching slot at all reports its ``kind``. The default refuses
-        nothing.
-        """
-        return []
-
     def is_location(self, path: tuple[str, ...], saved: str, now: str) -> bool:
         """Whether a difference at ``path`` (field names and list indices inside this spec) between the
         strings ``saved`` and ``now`` only says where the data lives: a :attr:`location_fields` field,
@@ -234,26 +191,6 @@ class WorkersSpec(Spec):
     worker_type: Literal["thread", "process"] = "process"
 
 
-_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)\s*$", re.IGNORECASE)
-
-
-def parse_size(text: str) -> ByteSize:
-    """``"2GiB"`` → 2147483648 bytes; raises ``ValueError`` naming the accepted units.
-
-    Stricter than ``pydantic.ByteSize`` on its own, whose unit table it uses: a unit is required
-    (a bare ``2`` is too easily meant as 2 GB) and a fraction is exact (``Decimal``: ByteSize's
-    float arithmetic turns ``"17589.6GB"`` into a few bytes less).
-    """
-    match = _SIZE.match(text)
-    if not match:
-        raise ValueError(
-            f"{text!r} is not a size; write a number and a unit, e.g. '512MiB' or '2GB' "
-            "(units: B, KB, MB, GB, TB, KiB, MiB, GiB, TiB)"
-        )
-    number, unit = match.groups()
-    return ByteSize(int(Decimal(number) * int(ByteSize.byte_sizes[unit.lower()])))
-
-
 def _ram_budget(value: Any) -> Any:
     if isinstance(value, str):
         size = parse_size(value)
@@ -273,7 +210,7 @@ def _ram_budget(value: Any) -> Any:
 _RAM_BUDGET_SCHEMA = {
     "anyOf": [
         {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
-        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"},
+        {"type": "string", "pattern": SIZE_PATTERN},
     ]
 }
 RamBudget = Annotated[float | int, BeforeValidator(_ram_budget), WithJsonSchema(_RAM_BUDGET_SCHEMA)]

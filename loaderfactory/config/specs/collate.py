@@ -6,16 +6,17 @@ from typing import Literal
 
 from pydantic import Field, field_validator
 
-from loaderfactory.config.specs.base import Spec, alias
+from loaderfactory.config.specs.base import alias
+from loaderfactory.config.specs.kinds import CollateKindSpec
 
 
-class DefaultCollateSpec(Spec):
+class DefaultCollateSpec(CollateKindSpec):
     """torch's ``default_collate``: stacks tensors, converts numbers and arrays, recurses into dicts."""
 
     kind: Literal["default"] = "default"
 
 
-class DictCollateSpec(Spec):
+class DictCollateSpec(CollateKindSpec):
     """Merge dict items into a dict batch: stack equal-shape tensors, list the rest.
 
     Use it for items whose tensors may not all stack (``default`` would raise), or to keep only
@@ -38,7 +39,7 @@ class DictCollateSpec(Spec):
         return list(self.keys or [])
 
 
-class TupleCollateSpec(Spec):
+class TupleCollateSpec(CollateKindSpec):
     """Collate dict items into a tuple batch in ``keys`` order, so ``x, y = batch`` works.
 
     ``{kind: tuple, keys: [image, label]}`` gives ``(images, labels)``, each made by torch's
@@ -62,7 +63,7 @@ class TupleCollateSpec(Spec):
         return keys
 
 
-class RingCollateSpec(Spec):
+class RingCollateSpec(CollateKindSpec):
     """Collate like ``dict``, stacking tensors into a ring of reused buffers instead of new ones.
 
     Several times faster on large items, but a batch stays valid only until ``ring_size`` more

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
+from loaderfactory.config.specs.kinds import DatasetKindSpec
 from loaderfactory.config.specs.refs import TransformRef
 from loaderfactory.config.specs.target import TargetSpec
 
@@ -37,7 +38,7 @@ def _default_fields() -> dict[str, FieldSpec]:
     }
 
 
-class SyntheticDatasetSpec(Spec):
+class SyntheticDatasetSpec(DatasetKindSpec):
     """Deterministic dict items made from ``seed`` and the index: data without a disk.
 
     ``delay_ms`` sleeps per item (releasing the GIL) to stand in for slow storage.
@@ -78,7 +79,7 @@ TENSOR_FILE_SUFFIXES = frozenset({".pt", ".pth", ".npy", ".npz"})
 """What ``tensor_folder`` reads; mirrors ``SUFFIXES`` of the runtime dataset (specs never import torch)."""
 
 
-class TensorFolderSpec(Spec):
+class TensorFolderSpec(DatasetKindSpec):
     """A folder of ``.pt``/``.pth``, ``.npy`` or ``.npz`` files, one item each, read lazily in sorted order.
 
     Each file is read by its extension: ``.pt``/``.pth`` hold a dict item, ``.npy`` one array (the
@@ -121,5 +122,7 @@ class TensorFolderSpec(Spec):
         return pattern
 
 
+# Not a DatasetKindSpec: it knows neither length nor keys (the hooks' defaults), and a second base
+# would merge its model_config into TargetSpec's, which lets the target's own arguments through.
 class TargetDatasetSpec(TargetSpec):
     """Any dataset class, the Hydra way: ``_target_: my.module.MyDataset`` plus its arguments."""

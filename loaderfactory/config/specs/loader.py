@@ -11,12 +11,12 @@ from loaderfactory.config.specs.base import (
     Count,
     NumWorkers,
     Seed,
-    Spec,
     Timeout,
     alias,
     broken_rules,
     refuse_unless,
 )
+from loaderfactory.config.specs.kinds import LoaderKindSpec
 from loaderfactory.config.specs.refs import CollateRef
 from loaderfactory.config.specs.sharded import Distributed, DistributedSpec
 from loaderfactory.config.specs.target import CallableTargetSpec, SamplerTargetSpec
@@ -25,7 +25,7 @@ from loaderfactory.rules import ring
 from loaderfactory.rules import torch_loader as torch_rules
 
 
-class TorchLoaderSpec(Spec):
+class TorchLoaderSpec(LoaderKindSpec):
     """Batch with ``torch.utils.data.DataLoader``; its process workers run the dataset.
 
     Every ``DataLoader`` argument has a field of the same name (``collate_fn`` is accepted for

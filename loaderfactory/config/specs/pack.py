@@ -6,7 +6,8 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, model_validator
 
-from loaderfactory.config.specs.base import NumWorkers, Seed, Spec, parse_size
+from loaderfactory.config.specs.base import NumWorkers, Seed, Spec
+from loaderfactory.sizes import SIZE_PATTERN, parse_size
 
 
 def _size(value: Any) -> Any:
@@ -17,12 +18,7 @@ def _size(value: Any) -> Any:
     return value
 
 
-_SIZE_SCHEMA = {
-    "anyOf": [
-        {"type": "integer", "minimum": 1},
-        {"type": "string", "pattern": r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"},
-    ]
-}
+_SIZE_SCHEMA = {"anyOf": [{"type": "integer", "minimum": 1}, {"type": "string", "pattern": SIZE_PATTERN}]}
 ByteCount = Annotated[int, BeforeValidator(_size), WithJsonSchema(_SIZE_SCHEMA)]
 """Bytes, written as an int or a size string (``"256MiB"``, parsed with pydantic's ``ByteSize`` units)."""
 ImageFormat = Literal["jpg", "jpeg", "png", "webp"]

@@ -7,6 +7,13 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
+from loaderfactory.config.specs.kinds import (
+    BatchingKindSpec,
+    CollateKindSpec,
+    DatasetKindSpec,
+    LoaderKindSpec,
+    StageKindSpec,
+)
 from loaderfactory.config.specs.loader import TorchLoaderSpec
 from loaderfactory.config.specs.pack import PackSpec
 from loaderfactory.config.specs.refs import DatasetRef, LoaderRef, PrefetchRef, QueueRef, StreamRef
@@ -87,6 +94,8 @@ class LoaderSpec(Spec):
         """After a queue the loader passes its batches on: no batching, shuffling or workers of its own."""
         if self.queue is None:
             return []
+        if not isinstance(self.loader, LoaderKindSpec):
+            return []
         problems = self.loader.refuse_after_batches(getattr(self.queue, "batch_size", None))
         return [(f"loader.{f}", m, v) for f, m, v in problems]
 
@@ -95,7 +104,7 @@ class LoaderSpec(Spec):
         held, where = 0, []
         for slot in ("stream", "prefetch"):
             spec = self.slot(slot)
-            count, why = spec.read_ahead() if spec is not None else (0, "")
+            count, why = spec.read_ahead() if isinstance(spec, StageKindSpec) else (0, "")
             if count:
                 held += count
                 where.append(f"{slot}.{why}")
@@ -108,8 +117,12 @@ class LoaderSpec(Spec):
         for slot in ("queue", "loader"):
             spec = self.slot(slot)
             collate = getattr(spec, "collate", None)
-            ring_size = collate.reused_batches() if isinstance(collate, Spec) else None
-            alive = spec.collated_alive(held) if ring_size is not None else None
+            ring_size = collate.reused_batches() if isinstance(collate, CollateKindSpec) else None
+            alive = (
+                spec.collated_alive(held)
+                if ring_size is not None and isinstance(spec, BatchingKindSpec)
+                else None
+            )
             if ring_size is None or alive is None:
                 continue
             reasons = [alive[1], *where, "1 in your loop"]
@@ -119,9 +132,9 @@ class LoaderSpec(Spec):
     def _key_problems(self) -> list[tuple[str, str, Any]]:
         """The loader's collate asks only for keys the dataset's items have, where the spec says
         which (a queue's transforms may add keys, so only without one)."""
-        keys = self.dataset.known_keys() if isinstance(self.dataset, Spec) else None
+        keys = self.dataset.known_keys() if isinstance(self.dataset, DatasetKindSpec) else None
         collate = getattr(self.loader, "collate", None)
-        if keys is None or self.queue is not None or not isinstance(collate, Spec):
+        if keys is None or self.queue is not None or not isinstance(collate, CollateKindSpec):
             return []
         return missing_keys_problems(
             "loader.collate.keys", collate.wanted_keys(), keys, "dataset.fields (with dataset.index)"
@@ -130,8 +143,8 @@ class LoaderSpec(Spec):
     def _epoch_problems(self) -> list[tuple[str, str, Any]]:
         """An epoch of the dataset's known length gives every rank at least one batch (a queue draws
         ``epoch_size`` batches whatever the length)."""
-        length = self.dataset.known_length() if isinstance(self.dataset, Spec) else None
-        if length is None or self.queue is not None:
+        length = self.dataset.known_length() if isinstance(self.dataset, DatasetKindSpec) else None
+        if length is None or self.queue is not None or not isinstance(self.loader, LoaderKindSpec):
             return []
         problems: list[tuple[str, str, Any]] = self.loader.empty_epoch_problems(length, "dataset.length")
         return problems

@@ -6,10 +6,11 @@ from typing import Literal
 
 from pydantic import Field
 
-from loaderfactory.config.specs.base import BufferSize, Repeats, Spec, Timeout, alias
+from loaderfactory.config.specs.base import BufferSize, Repeats, Timeout, alias
+from loaderfactory.config.specs.kinds import StageKindSpec
 
 
-class ThreadBufferSpec(Spec):
+class ThreadBufferSpec(StageKindSpec):
     """Prefetch on one background thread so the training step rarely waits for data.
 
     Costs one thread and ``buffer_size`` batches of memory. ``repeats`` > 1 echoes each batch

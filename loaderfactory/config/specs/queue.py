@@ -12,11 +12,11 @@ from loaderfactory.config.specs.base import (
     Finite,
     RamBudget,
     Seed,
-    Spec,
     Timeout,
     alias,
     broken_rules,
 )
+from loaderfactory.config.specs.kinds import BatchingKindSpec
 from loaderfactory.config.specs.refs import CollateRef, Transforms
 from loaderfactory.rules import ring
 
@@ -25,7 +25,7 @@ MAX_ITEM_MB = 10**9
 byte count (``1e308`` MB is ``inf`` bytes)."""
 
 
-class QueueDatasetSpec(Spec):
+class QueueDatasetSpec(BatchingKindSpec):
     """Draw batches from items held in RAM, least drawn first, refilled by background workers.
 
     Each draw takes the held items drawn least often so far, ties broken at random, so every item

@@ -26,6 +26,7 @@ from loaderfactory.config.specs.base import (
     alias,
     broken_rules,
 )
+from loaderfactory.config.specs.kinds import LoaderKindSpec
 from loaderfactory.config.specs.refs import CollateRef
 from loaderfactory.config.specs.target import SamplerTargetSpec
 from loaderfactory.rules import epochs as epoch_rules
@@ -67,7 +68,7 @@ Distributed = Annotated[Literal["auto", "off"] | DistributedSpec, WrapValidator(
 """``auto`` (read torch.distributed or torchrun's environment at build time), ``off``, or explicit."""
 
 
-class ShardedLoaderSpec(WorkersSpec):
+class ShardedLoaderSpec(WorkersSpec, LoaderKindSpec):
     """Batch with ``ShardedDataLoader``: one batch per shard, thread or process workers, rank-aware.
     The seed's ``thread_pool: true/false`` is accepted for ``worker_type: thread/process`` (not both).
 

@@ -11,9 +11,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BeforeValidator, Field, WithJsonSchema, field_validator, model_validator
 
-from loaderfactory.config.specs.base import Count, Spec, broken_rules, parse_size
+from loaderfactory.config.specs.base import Count, Spec, broken_rules
+from loaderfactory.config.specs.kinds import DatasetKindSpec
 from loaderfactory.config.specs.refs import Transforms
 from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
+from loaderfactory.sizes import SIZE_PATTERN, parse_size
 
 SHARD_EXTENSIONS = {".tar": "tar", ".parquet": "parquet"}
 IMAGES_EXTRA = 'pip install "loaderfactory[images]"'
@@ -21,8 +23,6 @@ IMAGES = frozenset({"jpg", "jpeg", "png", "webp"})
 """The image extensions the reader decodes; mirrors ``shards.decode.IMAGE_EXTENSIONS``."""
 DEFAULT_SHUFFLE_MEMORY = 4 * 2**30
 """``shuffle_memory``'s default, 4 GiB: 16 shards of ``pack``'s 256 MiB, 64 of 64 MiB."""
-SIZE_PATTERN = r"^\s*\d+(\.\d+)?\s*([KMGTkmgt][iI]?[Bb]|[Bb])\s*$"
-"""What :func:`~loaderfactory.config.specs.base.parse_size` reads, for the JSON schema."""
 
 
 def _size(value: Any) -> Any:
@@ -67,7 +67,7 @@ def scheme_of(url: str) -> str:
     return scheme if sep else "file"
 
 
-class ShardsDatasetSpec(Spec):
+class ShardsDatasetSpec(DatasetKindSpec):
     """Samples of webdataset ``.tar`` or Parquet shards, local or remote (s3://, gs://, http(s)://).
 
     A map-style dataset over the shards' index (``loaderfactory-shards.json`` beside them; built and

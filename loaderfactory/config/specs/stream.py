@@ -6,10 +6,11 @@ from typing import Literal
 
 from pydantic import Field, NonNegativeInt, model_validator
 
-from loaderfactory.config.specs.base import Spec, Timeout, alias, refuse_unless
+from loaderfactory.config.specs.base import Timeout, alias, refuse_unless
+from loaderfactory.config.specs.kinds import StageKindSpec
 
 
-class StreamWrapperSpec(Spec):
+class StreamWrapperSpec(StageKindSpec):
     """Cut the loader's batches into epochs of ``epoch_size`` (restarting it at its end), optionally buffered.
 
     ``epoch_size <= 0`` keeps one pass per epoch. ``buffer_size >= 1`` produces that many batches

@@ -1,4 +1,10 @@
-"""Turn what users hand us (a YAML path, dict, OmegaConf node or spec) into plain data."""
+"""What users hand us (a YAML path, dict or OmegaConf node) as plain dicts and lists.
+
+The one arrow "OmegaConf node → plain data": the core's way in (:mod:`loaderfactory.intake`) and the
+Lightning edge's stage configs both convert here, so the core never imports the Hydra edge (``hydra/``:
+composition and the command). OmegaConf is imported with this module, which the core loads only for
+a config that needs it.
+"""
 
 from __future__ import annotations
 
