@@ -68,17 +68,20 @@ class GaugeSampler:
             self._thread.start()
         return self
 
-    def __exit__(self, *exc: object) -> None:
-        self.close()
+    def __exit__(self, kind: type[BaseException] | None, *exc: object) -> None:
+        self.close(quietly=kind is not None)  # the block's own error goes on, not a gauge's
 
-    def close(self) -> None:
-        """Stop sampling and take a last reading; safe to call twice."""
+    def close(self, quietly: bool = False) -> None:
+        """Stop sampling and take a last reading (not ``quietly``: then a gauge's error is raised
+        here instead); safe to call twice."""
         thread, self._thread = self._thread, None
         if thread is None:
             return
         self._stop.set()
         thread.join()
         error, self._error = self._error, None
+        if quietly:
+            return
         if error is not None:
             raise error
         self._read()

@@ -57,6 +57,20 @@ def test_a_gauge_error_is_raised_when_the_block_ends() -> None:
         assert failed.wait(30)
 
 
+def test_the_blocks_own_error_is_raised_not_a_gauges() -> None:
+    """When the block fails (a read error), that error leaves the sampler, not a gauge's."""
+    failed = threading.Event()
+
+    def gauge() -> dict[str, float]:
+        if failed.is_set():
+            raise OSError("counters gone")
+        return {"n": 1}
+
+    with pytest.raises(KeyError, match="the read failed"), GaugeSampler({"g": gauge}, interval=0.001):
+        failed.set()
+        raise KeyError("the read failed")
+
+
 def test_thinning_keeps_the_first_and_the_last_reading() -> None:
     """Dropping every second reading keeps the run's whole span."""
     readings = Readings()

@@ -71,6 +71,17 @@ def test_threads_add_without_losing_counts(tmp_path: Path) -> None:
     assert stats.totals()["hits"] == 8 * 5000
 
 
+def test_a_row_being_created_counts_as_zero() -> None:
+    """Totals read while another process creates its row (the file there, not yet its length):
+    the rows that are there add up, the new one adds nothing."""
+    stats = ShardStats()
+    stats.add("hits", 3)
+    Path(stats.folder, "999999-1").write_bytes(b"")
+    Path(stats.folder, "999999-2").write_bytes((7).to_bytes(8, "little")[:5])
+    totals = stats.totals()
+    assert totals["hits"] == 3 and totals["processes"] == 2
+
+
 def test_the_counters_folder_goes_with_the_dataset(tmp_path: Path) -> None:
     """The counters' folder lives as long as its dataset, whatever a forked copy does."""
     dataset = _indexed(tmp_path)

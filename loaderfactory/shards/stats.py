@@ -151,8 +151,9 @@ class ShardStats(NoStats):
         processes: set[str] = set()
         with contextlib.suppress(FileNotFoundError):
             for entry in os.scandir(self.folder):
-                values = array("q", Path(entry.path).read_bytes()[:_ROW_BYTES])
-                sums = [total + value for total, value in zip(sums, values, strict=False)]
+                # A row just created may not have its length yet: its missing counters are zero.
+                values = array("q", Path(entry.path).read_bytes()[:_ROW_BYTES].ljust(_ROW_BYTES, b"\0"))
+                sums = [total + value for total, value in zip(sums, values, strict=True)]
                 processes.add(entry.name.partition("-")[0])
         return {**dict(zip(COUNTERS, sums, strict=True)), "processes": len(processes)}
 
