@@ -274,8 +274,7 @@ class _Batch:
         item where its group has keys, else its stored fields and ``__key__``; None where a sample
         falls short, a field does not decode or a header differs."""
         got = [0] * len(groups)
-        read = self._read_whole if self.whole else self._read_pieces
-        samples = read(groups, group_of, locals_, got)
+        samples = self._read_samples(groups, group_of, locals_, got)
         for group, count in zip(groups, got, strict=True):
             group.tar.storage.stats.add("bytes_local", count)
         if samples is None or not self._headers_match():
@@ -286,40 +285,16 @@ class _Batch:
                 byte_row[:] = self.scratch[:, start : start + byte_row.shape[1]]
         return samples
 
-    def _read_whole(
+    def _read_samples(
         self, groups: list[_Group], group_of: list[int], locals_: list[int], got: list[int]
     ) -> list[Any] | None:
         flat, width, rows = self.flat, self.scratch.shape[1], self.rows
-        plans = [_plan(group, self.fields, whole=True) for group in groups]
-        preadv = os.preadv
-        samples: list[Any] = []
-        try:
-            for place, (number, local) in enumerate(zip(group_of, locals_, strict=True)):
-                descriptor, firsts, needs, bounds, sizes, keys, members = plans[number]
-                begin = place * width
-                count = preadv(descriptor, [flat[begin : begin + width]], firsts[local])
-                got[number] += count
-                if count < needs[local]:
-                    return None
-                first = bounds[local]
-                sample = {} if keys is None else {"__key__": keys[local]}
-                for name, at, member, decode in members:
-                    if decode is None:
-                        sample[name] = rows[member][place]
-                    else:
-                        at += begin
-                        sample[name] = decode(flat[at : at + sizes[first + member]])
-                samples.append(sample)
-        except Exception:  # noqa: BLE001 - read as usual, which raises the error naming the sample
-            return None
-        return samples
-
-    def _read_pieces(
-        self, groups: list[_Group], group_of: list[int], locals_: list[int], got: list[int]
-    ) -> list[Any] | None:
-        flat, width, rows, byte_rows = self.flat, self.scratch.shape[1], self.rows, self.byte_rows
-        plans = [_plan(group, self.fields, whole=False) for group in groups]
-        cuts = [list(itertools.pairwise(group.reading.starts)) for group in groups]
+        whole = self.whole
+        plans = [_plan(group, self.fields, whole) for group in groups]
+        # Where a sample's bytes go: scratch pieces (the whole span, or the bytes before the first
+        # stacked field's data), each stacked field's row of the batch tensor then the piece after it.
+        cuts = [[(0, width)] if whole else list(itertools.pairwise(group.reading.starts)) for group in groups]
+        byte_rows = () if whole else self.byte_rows
         preadv = os.preadv
         samples: list[Any] = []
         try:
