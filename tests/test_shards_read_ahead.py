@@ -17,7 +17,7 @@ import pytest
 from shards_data import npy_bytes, tar_bytes
 
 import loaderfactory
-from loaderfactory.shards import ShardsDataset, Storage, build_index, index_url, save_index
+from loaderfactory.shards import ShardsDataset, Storage, build_index, index_url, read_ahead, save_index
 from loaderfactory.shards.errors import ShardNotFoundError
 from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.read_ahead import PIECE, ReadAhead
@@ -314,3 +314,35 @@ def test_next_shard_closes_a_shard_opened_and_never_taken() -> None:
     assert sorted(closed) == [2, 4]
     ahead.want(5)
     assert ahead.take(5) is None  # nothing starts after close
+
+
+def test_shards_queued_behind_the_one_read_are_asked_of_the_disk_at_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shuffled read opens many shards at once: those queued behind the shard being read ahead are
+    handed to the kernel's read-ahead right away (``posix_fadvise``), each once, not at their turn."""
+    paths = []
+    for number in range(4):
+        path = tmp_path / f"{number}.bin"
+        path.write_bytes(bytes(2 * PIECE))
+        paths.append(str(path))
+    advised: list[str] = []
+    monkeypatch.setattr(read_ahead, "_advise", advised.append)
+    reading, go_on = threading.Event(), threading.Event()
+    read = ReadAhead._read
+
+    def held(self: ReadAhead, shard: int, local: int) -> None:
+        if shard == 0:
+            reading.set()
+            assert go_on.wait(30)
+        read(self, shard, local)
+
+    monkeypatch.setattr(ReadAhead, "_read", held)
+    ahead = ReadAhead(paths, [10, 20, 30, 40], lambda _: None, None)
+    ahead.opened(0, 5)
+    assert reading.wait(30)
+    ahead.opened(2, 3)
+    ahead.opened(3, 7)
+    go_on.set()
+    ahead.wait()
+    assert advised == [paths[2], paths[3]]

@@ -77,6 +77,7 @@ class ReadAhead:
         self._cancel = threading.Event()
         self._lock = threading.Lock()
         self._last_opened = -2
+        self._advised: set[int] = set()  # shards the kernel was asked to read ahead
 
     def opened(self, shard: int, local: int) -> None:
         """Shard ``shard`` was just opened to read its sample ``local``: read it ahead from there,
@@ -107,6 +108,15 @@ class ReadAhead:
                 self._reading = shard
             self._read(shard, local)
 
+    def _advise_queued(self) -> None:
+        """Ask the disk now for the shards queued behind the one being read (the kernel reads them
+        in the background), not only when their turn comes: a shuffled read wants them all at once."""
+        with self._lock:
+            waiting = [number for number, _ in self._queue if number not in self._advised]
+            self._advised.update(waiting)
+        for number in waiting:
+            _advise(self.paths[number])
+
     def _read(self, shard: int, local: int) -> None:
         samples = self.ends[shard] - (self.ends[shard - 1] if shard else 0)
         try:
@@ -124,6 +134,7 @@ class ReadAhead:
         nowait = getattr(os, "RWF_NOWAIT", 0)
         offset = start
         while offset < stop and not self._cancel.is_set():
+            self._advise_queued()
             end = min(offset + PIECE, stop)
             if nowait:
                 try:
@@ -154,6 +165,23 @@ class ReadAhead:
             return
         self._cancel.set()
         self.wait()
+
+
+def _advise(path: str) -> None:
+    """Ask the kernel to read the file at ``path`` into the page cache in the background."""
+    advise = getattr(os, "posix_fadvise", None)
+    if advise is None:
+        return
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return  # the read needing this shard raises it, naming the shard
+    try:
+        advise(descriptor, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError as err:
+        log.debug("read-ahead advice for %s failed: %s", path, err)
+    finally:
+        os.close(descriptor)
 
 
 def _cached(descriptor: int, probe: bytearray, offset: int, nowait: int) -> bool:
