@@ -327,7 +327,7 @@ def test_shards_queued_behind_the_one_read_are_asked_of_the_disk_at_once(
         path.write_bytes(bytes(2 * PIECE))
         paths.append(str(path))
     advised: list[str] = []
-    monkeypatch.setattr(read_ahead, "_advise", advised.append)
+    monkeypatch.setattr(read_ahead_module, "_advise", advised.append)
     reading, go_on = threading.Event(), threading.Event()
     read = ReadAhead._read
 
