@@ -17,7 +17,8 @@ import pytest
 from shards_data import npy_bytes, tar_bytes
 
 import loaderfactory
-from loaderfactory.shards import ShardsDataset, Storage, build_index, index_url, read_ahead, save_index
+from loaderfactory.shards import ShardsDataset, Storage, build_index, index_url, save_index
+from loaderfactory.shards import read_ahead as read_ahead_module
 from loaderfactory.shards.errors import ShardNotFoundError
 from loaderfactory.shards.next_shard import NextShard
 from loaderfactory.shards.read_ahead import PIECE, ReadAhead
