@@ -170,7 +170,9 @@ def test_a_failing_item_is_named_and_leaves_no_partial_file(
             progress=False,
         )
     names = sorted(p.name for p in out.iterdir())
-    assert names and all(n.startswith("shard-") and n.endswith(f".{fmt}") for n in names), names
+    shards = [n for n in names if n.startswith("shard-") and n.endswith(f".{fmt}")]
+    tables = [f"{n}.members.npz" for n in shards] if fmt == "tar" else []  # a tar shard's member table
+    assert shards and sorted(shards + tables) == names, names
     written = ShardsDataset(str(out))  # no index: the shards are read whole, so each must be complete
     assert [written[i]["id.cls"] for i in range(len(written))] == list(range(len(written)))
     assert 0 < len(written) < 31

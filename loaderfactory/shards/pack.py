@@ -28,8 +28,9 @@ from loaderfactory.shards.index import INDEX_NAME, ShardInfo, save_index
 from loaderfactory.shards.item_layout import ItemLayout, LayoutRecorder, item_type
 from loaderfactory.shards.pack_encode import Fields, PackError, item_fields
 from loaderfactory.shards.pack_images import ImageEncoding
-from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder
-from loaderfactory.shards.storage import Storage
+from loaderfactory.shards.pack_writers import BUILDERS, Sample, ShardBuilder, TarShardBuilder
+from loaderfactory.shards.storage import Storage, split_scheme
+from loaderfactory.shards.tar_members import members_bytes, members_url
 from loaderfactory.shards.urls import is_shard
 
 SHARD_PREFIX = "shard-"
@@ -218,6 +219,8 @@ def _flush(
     data, rest = builder.finish(limit)
     url = f"{folder}{SHARD_PREFIX}{len(shards):06d}{BUILDERS[fmt].suffix}"
     storage.write(url, data)
+    if isinstance(builder, TarShardBuilder) and split_scheme(url)[0] == "file":
+        storage.write(members_url(url), members_bytes(builder.members, len(data)))  # after: newer
     shards.append(ShardInfo(url, fmt, builder.samples - len(rest), len(data)))
     fresh: ShardBuilder = BUILDERS[fmt]()
     for sample in rest:

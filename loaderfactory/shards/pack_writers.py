@@ -14,6 +14,7 @@ from typing import Any, Protocol
 
 from loaderfactory.shards.decode import extension
 from loaderfactory.shards.pack_encode import Fields, PackError
+from loaderfactory.shards.tar_table import TarTable
 
 Sample = tuple[str, Fields]
 """A sample as the packer has it: its ``__key__`` and its encoded fields."""
@@ -57,6 +58,8 @@ class TarShardBuilder:
     def __init__(self) -> None:
         self._chunks: list[bytes] = []
         self.samples, self.size = 0, _TAR_END
+        self.members = TarTable()
+        """Each member's key, field, and where its data lies: what a scan of the shard finds."""
 
     def added_size(self, sample: Sample) -> int:
         key, fields = sample
@@ -68,6 +71,7 @@ class TarShardBuilder:
             header = _tar_header(f"{key}.{field}", len(data))
             padding = b"\0" * (_padded(len(data)) - len(data))
             self._chunks += [header, data, padding]
+            self.members.add(key, field, self.size - _TAR_END + len(header), len(data))
             self.size += len(header) + len(data) + len(padding)
         self.samples += 1
 

@@ -22,6 +22,7 @@ from loaderfactory.shards.range_file import open_shard
 from loaderfactory.shards.storage import Storage, missing, split_scheme
 from loaderfactory.shards.tar_blocks import header_blocks
 from loaderfactory.shards.tar_headers import Walked, walk_members
+from loaderfactory.shards.tar_members import kept_members
 from loaderfactory.shards.tar_samples import group_members
 from loaderfactory.shards.tar_table import TarTable
 
@@ -135,7 +136,7 @@ class TarShard:
 
     def __init__(self, storage: Storage, url: str, decode: Decode = True) -> None:
         self.storage, self.url, self.decode = storage, url, decode
-        self.samples = scan_tar(storage, url)
+        self.samples = kept_members(url) or scan_tar(storage, url)
         self._decoders: dict[str, Callable[[bytes | memoryview], Any]] = {}  # by field name
         self._fd = -1  # a local shard's file, opened on the first sample read
         self._closer: weakref.finalize[Any, Any] | None = None  # closes it when this shard is collected
