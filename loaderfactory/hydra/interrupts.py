@@ -52,6 +52,8 @@ hands them their first indices, waiting for none of their tasks."""
 _held_since: list[float] = []
 """When the press being held came (empty: none is)."""
 _command: list[int] = []
+_retry_sent = threading.Event()
+"""Set by the retry timer just before it sends its SIGINT: that signal is no new press."""
 """The command's process id (a forked worker inherits the handlers)."""
 
 
@@ -64,18 +66,17 @@ def interrupt_once() -> None:
         return  # a background job started with Ctrl-C ignored keeps it so
     _command[:] = [os.getpid()]
     main = threading.main_thread().ident
-    retry_sent = threading.Event()  # set by the timer just before it sends its SIGINT
 
     def retry() -> None:
-        retry_sent.set()
+        _retry_sent.set()
         with contextlib.suppress(OSError):  # the process is ending
             signal.pthread_kill(main, signal.SIGINT)  # type: ignore[arg-type]  # the main thread has an ident
 
     def first(signum: int, frame: FrameType | None) -> None:
         if os.getpid() != _command[0]:  # a forked worker, which inherits this handler: torch's to stop
             raise KeyboardInterrupt
-        is_retry = retry_sent.is_set()
-        retry_sent.clear()
+        is_retry = _retry_sent.is_set()
+        _retry_sent.clear()
         if _held_since and not is_retry:
             _again(signum, frame)
         if not _held_since:
@@ -106,6 +107,9 @@ def _raise() -> None:
 def _again(signum: int, frame: FrameType | None) -> None:
     if os.getpid() != _command[0]:
         raise KeyboardInterrupt
+    if _retry_sent.is_set():  # the timer's look again, landing after the held press was raised
+        _retry_sent.clear()
+        return
     with contextlib.suppress(OSError):
         os.write(2, b"loaderfactory: interrupted again: stopped at once, without a report\n")
     os._exit(INTERRUPTED_EXIT)
