@@ -4,11 +4,12 @@ In a shuffled batch nearly every sample is its own run, so the run reader (:mod:
 plans and checks each sample alone, which costs more than the read itself for 4 KB samples. Shards
 written by ``pack`` or webdataset's ``ShardWriter`` give every sample the same members at the same
 offsets from its first member's data (a :class:`Template`, found once per shard from its table).
-Then a sample is one ``preadv`` of a fixed list of pieces (the bytes around each stacked field into
-a scratch row, the field's data straight into its row of the batch tensor), and the ``.npy``
-headers of the whole batch are compared at once. Anything that does not fit (a remote shard, a
-sample that differs, a short read, a field that does not decode) gives None: the caller reads the
-batch as usual, and any error is raised there, naming the sample.
+Then a sample is one ``preadv``: a short one whole into a scratch row (:data:`WHOLE`; its stacked
+fields' data copied out of all the rows at once), a longer one as a fixed list of pieces (the bytes
+around each stacked field into a scratch row, the field's data straight into its row of the batch
+tensor); the ``.npy`` headers of the whole batch are compared at once. Anything that does not fit
+(a remote shard, a sample that differs, a short read, a field that does not decode) gives None: the
+caller reads the batch as usual, and any error is raised there, naming the sample.
 """
 
 from __future__ import annotations
@@ -162,7 +163,8 @@ def _reading(shard: TarShard) -> _Reading | None:
         stacked_at = tuple(
             at for field, at in zip(shape.fields, shape.offsets, strict=True) if field in layouts
         )
-        stacks = _STACKS.setdefault(*[(tuple(layouts.items()), pieces.headers, stacked_at)] * 2)
+        stacks = (tuple(layouts.items()), pieces.headers, stacked_at)
+        stacks = _STACKS.setdefault(stacks, stacks)  # the one object for these values
         found = _Reading(
             shape, layouts, pieces, starts, members, firsts.tolist(), needs.tolist(), decoders, stacks, {}
         )
