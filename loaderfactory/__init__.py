@@ -19,7 +19,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from loaderfactory.components.order_forwarding import ForwardEpochOrder as ForwardEpochOrder
     from loaderfactory.components.queue import QueueDataset as QueueDataset
-    from loaderfactory.components.sharded import ShardedDataLoader as ShardedDataLoader
+    from loaderfactory.components.steps import ShardedDataLoader as ShardedDataLoader
     from loaderfactory.components.stream import StreamWrapper as StreamWrapper
     from loaderfactory.components.thread import ThreadBuffer as ThreadBuffer
     from loaderfactory.components.thread import ThreadDataLoader as ThreadDataLoader

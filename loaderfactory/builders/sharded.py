@@ -11,7 +11,7 @@ from loaderfactory.builders import BuildContext
 from loaderfactory.builders.distributed import resolve_distributed
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.builders.targets import instantiate_with_dataset
-from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.steps import ShardedDataLoader
 from loaderfactory.config.specs.sharded import ShardedLoaderSpec
 from loaderfactory.config.specs.target import SamplerTargetSpec
 from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
