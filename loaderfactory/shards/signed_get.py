@@ -117,7 +117,8 @@ def _check_answer(response: http.client.HTTPResponse, start: int, end: int, size
     """Refuse a whole object sent for a range (SignedUrlRefused) or one of another size (SizeChanged)."""
     if response.status != 206 and start > 0:
         raise SignedUrlRefused(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
-    told = http_range.object_size(response.status, response.headers)
+    headers: Any = response.headers  # an HTTPMessage: a Mapping for what object_size asks (get)
+    told = http_range.object_size(response.status, headers)
     if size is not None and told is not None and told != size:
         raise SizeChanged(told)
 
