@@ -8,9 +8,10 @@ validation) loads with the first name that needs it, and registers the built-in 
 from __future__ import annotations
 
 import ast
-import importlib
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from loaderfactory.lazy_names import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -19,7 +20,7 @@ __version__ = "0.1.0"
 if TYPE_CHECKING:
     from loaderfactory.components.order_forwarding import ForwardEpochOrder as ForwardEpochOrder
     from loaderfactory.components.queue import QueueDataset as QueueDataset
-    from loaderfactory.components.sharded import ShardedDataLoader as ShardedDataLoader
+    from loaderfactory.components.steps import ShardedDataLoader as ShardedDataLoader
     from loaderfactory.components.stream import StreamWrapper as StreamWrapper
     from loaderfactory.components.thread import ThreadBuffer as ThreadBuffer
     from loaderfactory.components.thread import ThreadDataLoader as ThreadDataLoader
@@ -55,14 +56,4 @@ _EXPORTS = _public_names()
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'loaderfactory' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -12,8 +12,8 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from loaderfactory.components.queue.dataset import QueueDataset as _QueueDataset
-from loaderfactory.components.sharded.loader import ShardedDataLoader as _ShardedDataLoader
-from loaderfactory.components.sharded.sampling import LastBatch, Step
+from loaderfactory.components.steps.loader import ShardedDataLoader as _ShardedDataLoader
+from loaderfactory.components.steps.sampling import LastBatch, Step
 
 # -- torchvtk: TorchQueueDataset ---------------------------------------------------------------------
 
@@ -67,7 +67,7 @@ class ShardedDataLoader(_ShardedDataLoader):
     ``batchify_fn`` is ``collate``; ``thread_pool=True`` is ``worker_type="thread"`` (``False``:
     ``"process"``; ``None``, not given: as ``worker_type`` says); ``last_batch=None`` is ``"keep"``.
     Other keywords are loaderfactory's own (``num_shards``, ``seed``, ``rank``, ``world_size``,
-    ``timeout``, ...); see :class:`~loaderfactory.components.sharded.ShardedDataLoader`.
+    ``timeout``, ...); see :class:`~loaderfactory.components.steps.ShardedDataLoader`.
     """
 
     def __init__(

@@ -17,7 +17,7 @@ import loaderfactory
 from loaderfactory import ConfigError, ThreadBuffer
 from loaderfactory.components.data.ring_collate import RingCollate
 from loaderfactory.components.order import batches, rank_part
-from loaderfactory.components.sharded.sampling import ShardPlanner
+from loaderfactory.components.steps.sampling import ShardPlanner
 from loaderfactory.config.validation import validate_plain
 from loaderfactory.rules import epochs
 from tests.test_cli import cli

@@ -15,7 +15,7 @@ import loaderfactory
 from loaderfactory.components.order import batches, epoch_order, rank_count, rank_part
 from loaderfactory.components.queue.filler import index_order
 from loaderfactory.components.seeding import FIXED_SEED, agreed_seed
-from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.steps import ShardedDataLoader
 from loaderfactory.components.torch_loader import ResumableDataLoader
 
 balances = st.sampled_from(["pad", "drop", "uneven"])

@@ -20,7 +20,7 @@ import loaderfactory as lf
 from loaderfactory import compat
 from loaderfactory.builders import BuildContext
 from loaderfactory.builders.sharded import build_sharded_loader
-from loaderfactory.components.sharded import ShardedDataLoader, WorkerTraceback, get_worker_info
+from loaderfactory.components.steps import ShardedDataLoader, WorkerTraceback, get_worker_info
 from loaderfactory.config.specs.sharded import ShardedLoaderSpec
 from loaderfactory.errors import ConfigError, StallError, WorkerError
 

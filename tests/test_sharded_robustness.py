@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from process_checks import alive, orphans_after_parent_kill
 
-from loaderfactory.components.sharded import ShardedDataLoader, WorkerTraceback
+from loaderfactory.components.steps import ShardedDataLoader, WorkerTraceback
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -96,7 +96,7 @@ def test_workers_exit_soon_after_their_parent_is_killed(context: str) -> None:
     """Worker processes of a parent killed by SIGKILL (which cannot stop them) exit within seconds."""
     code = f"""
 import time
-from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.steps import ShardedDataLoader
 loader = ShardedDataLoader(
     list(range(100)), batch_size=4, num_workers=2, persistent_workers=True,
     multiprocessing_context={context!r},

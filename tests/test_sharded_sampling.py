@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from loaderfactory.components.order import permutation as epoch_permutation
 from loaderfactory.components.order import rank_count as rank_size
 from loaderfactory.components.order import rank_part as assign_shards
-from loaderfactory.components.sharded import ShardPlanner, count_steps, cut_steps
+from loaderfactory.components.steps import ShardPlanner, count_steps, cut_steps
 
 lengths = st.integers(min_value=1, max_value=300)
 world_sizes = st.integers(min_value=1, max_value=4)

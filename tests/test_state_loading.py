@@ -12,8 +12,8 @@ import pytest
 from loaderfactory import Loader, build_loader, compose
 from loaderfactory.components.data.datasets import SyntheticDataset
 from loaderfactory.components.queue.dataset import QueueDataset
-from loaderfactory.components.sharded.loader import ShardedDataLoader
 from loaderfactory.components.state import StateFieldError
+from loaderfactory.components.steps.loader import ShardedDataLoader
 from loaderfactory.components.stream.wrapper import StreamWrapper
 from loaderfactory.components.thread.buffer import ThreadBuffer
 from loaderfactory.components.torch_loader import ResumableDataLoader

@@ -7,8 +7,12 @@ before produced (``None`` for the dataset slot). A helper builder (transform, co
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from loaderfactory.config.specs.base import Spec
 
 
 @dataclass
@@ -27,3 +31,11 @@ class BuildContext:
     dataset: Any = None
     batched: bool = False
     progress: bool = True
+
+
+def spec_arguments(spec: Spec, besides: Collection[str] = ()) -> dict[str, Any]:
+    """The spec's fields as keyword arguments of its component, whose arguments have the fields' names
+    and take their values as validated: every field but ``kind`` and ``besides`` (those the builder
+    turns into something else first: a sub-spec into a collate function, a seed into this rank's)."""
+    skip = {"kind", *besides}
+    return {name: getattr(spec, name) for name in type(spec).model_fields if name not in skip}

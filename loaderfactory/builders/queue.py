@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loaderfactory.builders import BuildContext
+from loaderfactory.builders import BuildContext, spec_arguments
 from loaderfactory.builders.distributed import detect_distributed
 from loaderfactory.builders.helpers import build_helper, build_transforms
 from loaderfactory.components.queue.dataset import QueueDataset
@@ -17,33 +17,16 @@ def build_ram_queue(spec: QueueDatasetSpec, upstream: Any, context: BuildContext
         raise ConfigError(
             ConfigProblem("dataset", "the queue needs a dataset slot (or dataset= in build_loader)")
         )
-    sample_transforms = build_transforms(spec.sample_transforms, "queue.sample_transforms")
-    batch_transforms = build_transforms(spec.batch_transforms, "queue.batch_transforms")
-    preprocess = build_transforms(spec.preprocess, "queue.preprocess")
-    collate = build_helper("collate", spec.collate, "queue.collate")
+    built: dict[str, Any] = {
+        "sample_transforms": build_transforms(spec.sample_transforms, "queue.sample_transforms"),
+        "batch_transforms": build_transforms(spec.batch_transforms, "queue.batch_transforms"),
+        "preprocess": build_transforms(spec.preprocess, "queue.preprocess"),
+        "collate": build_helper("collate", spec.collate, "queue.collate"),
+        "seed": _rank_seed(spec.seed if spec.seed is not None else context.seed),
+    }
     try:
-        return QueueDataset(
-            upstream,
-            epoch_size=spec.epoch_size,
-            mode=spec.mode,
-            num_workers=spec.num_workers,
-            worker_type=spec.worker_type,
-            capacity=spec.capacity,
-            ram_budget=spec.ram_budget,  # bytes or a fraction: the spec has read any size string
-            avg_item_size=spec.avg_item_size,
-            wait_fill=spec.wait_fill,
-            wait_fill_timeout=spec.wait_fill_timeout,
-            sample_transforms=sample_transforms,
-            batch_transforms=batch_transforms,
-            batch_size=spec.batch_size,
-            collate=collate,
-            log_sampling=spec.log_sampling,
-            seed=_rank_seed(spec.seed if spec.seed is not None else context.seed),
-            preprocess=preprocess,
-            on_fill_timeout=spec.on_fill_timeout,
-            timeout=spec.timeout,
-            multiprocessing_context=spec.multiprocessing_context,
-        )
+        # ram_budget passes as bytes or a fraction: the spec has read any size string.
+        return QueueDataset(upstream, **built, **spec_arguments(spec, besides=built))
     except TypeError as err:  # the spec checked every other argument's kind
         raise ConfigError(ConfigProblem("dataset", str(err))) from err
     except LimitError as err:  # what the spec cannot know: the memory available here

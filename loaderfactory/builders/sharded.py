@@ -7,11 +7,11 @@ from typing import Any
 
 from torch.utils.data import IterableDataset
 
-from loaderfactory.builders import BuildContext
+from loaderfactory.builders import BuildContext, spec_arguments
 from loaderfactory.builders.distributed import resolve_distributed
 from loaderfactory.builders.helpers import build_helper
 from loaderfactory.builders.targets import instantiate_with_dataset
-from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.steps import ShardedDataLoader
 from loaderfactory.config.specs.sharded import ShardedLoaderSpec
 from loaderfactory.config.specs.target import SamplerTargetSpec
 from loaderfactory.errors import ArgumentError, ConfigError, ConfigProblem
@@ -30,30 +30,19 @@ def build_sharded_loader(spec: ShardedLoaderSpec, upstream: Any, context: BuildC
             )
         )
     rank, world_size = resolve_distributed(spec.distributed)
-    sampler = _build_sampler(spec.sampler, upstream, "loader.sampler")
-    batch_sampler = _build_sampler(spec.batch_sampler, upstream, "loader.batch_sampler")
-    collate = build_helper("collate", spec.collate, "loader.collate")
+    built: dict[str, Any] = {
+        "sampler": _build_sampler(spec.sampler, upstream, "loader.sampler"),
+        "batch_sampler": _build_sampler(spec.batch_sampler, upstream, "loader.batch_sampler"),
+        "collate": build_helper("collate", spec.collate, "loader.collate"),
+        "seed": spec.seed if spec.seed is not None else context.seed,
+    }
     try:
         loader = ShardedDataLoader(
             upstream,
-            spec.batch_size,
-            shuffle=spec.shuffle,
-            sampler=sampler,
-            last_batch=spec.last_batch,
-            batch_sampler=batch_sampler,
-            collate=collate,
-            num_workers=spec.num_workers,
-            worker_type=spec.worker_type,
-            pin_memory=spec.pin_memory,
-            prefetch=spec.prefetch,
-            num_shards=spec.num_shards,
-            seed=spec.seed if spec.seed is not None else context.seed,
             rank=rank,
             world_size=world_size,
-            balance=spec.balance,
-            persistent_workers=spec.persistent_workers,
-            timeout=spec.timeout,
-            multiprocessing_context=spec.multiprocessing_context,
+            **built,
+            **spec_arguments(spec, besides={*built, "distributed"}),
         )
     except ArgumentError as err:
         raise ConfigError(ConfigProblem(_config_path(err.argument), str(err))) from err

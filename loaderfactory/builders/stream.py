@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from loaderfactory.builders import BuildContext
+from loaderfactory.builders import BuildContext, spec_arguments
 from loaderfactory.components.stream.wrapper import StreamWrapper
 from loaderfactory.config.specs.stream import StreamWrapperSpec
 
@@ -24,11 +24,4 @@ class _Restart:
 
 
 def build_stream_wrapper(spec: StreamWrapperSpec, upstream: Any, context: BuildContext) -> StreamWrapper:
-    return StreamWrapper(
-        _Restart(upstream),
-        buffer_size=spec.buffer_size,
-        epoch_size=spec.epoch_size,
-        name=spec.name,
-        timeout=spec.timeout,
-        gated=spec.gated,
-    )
+    return StreamWrapper(_Restart(upstream), **spec_arguments(spec))

@@ -13,8 +13,9 @@ Each loads its package on first use, so either works without the other installed
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from loaderfactory.lazy_names import lazy_exports
 
 __all__ = ["LoaderDataModule", "PLLoaderDataModule"]
 
@@ -28,14 +29,4 @@ if TYPE_CHECKING:
     from loaderfactory.lightning._pytorch_lightning import PLLoaderDataModule
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'loaderfactory.lightning' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value  # later look-ups skip this function
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

@@ -10,7 +10,7 @@ import inspect
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 from loaderfactory.errors import ConfigError, ResumeError
 from loaderfactory.factory import build_loader
@@ -77,8 +77,6 @@ class DataModuleCore:
             ``num_workers`` or ``pin_memory`` other than the module's, which it then does not use.
     """
 
-    lightning_base: ClassVar[type]
-    """The package's ``LightningDataModule`` this class extends (its hooks mean "no such loader")."""
     trainer: Any
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
@@ -134,10 +132,11 @@ class DataModuleCore:
         self._reread = LengthReread()
         for stage in STAGES:
             if stage not in self.specs:
-                # Lightning uses a stage's loader when its hook is overridden: restore the base hook,
-                # so a fit without `val` skips validation and `trainer.test()` says there is no loader.
+                # Lightning uses a stage's loader when its hook is overridden: restore the hook of the
+                # package's LightningDataModule (the class after this core in the MRO), so a fit
+                # without `val` skips validation and `trainer.test()` says there is no loader.
                 hook = f"{stage}_dataloader"
-                setattr(self, hook, getattr(self.lightning_base, hook).__get__(self))
+                setattr(self, hook, getattr(super(), hook))
 
     @property
     def batch_size(self) -> int | None:

@@ -1,7 +1,7 @@
 """Epochs that give some rank no batch at all: a run over them trains on nothing and says nothing.
 
 Pure arithmetic on sizes, the same as the loaders' own counts (``components/order.py``:
-``rank_count``; ``components/sharded/sampling.py``: ``count``), so the spec can refuse a config
+``rank_count``; ``components/steps/sampling.py``: ``count``), so the spec can refuse a config
 before anything is built and the ``Loader`` after building, with one message, when the length is
 known only then. ``length_source`` names where the length comes from (``dataset.length``, or
 ``len(dataset)`` once built).

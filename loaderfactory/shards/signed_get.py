@@ -84,29 +84,25 @@ def get_into(
     connection = _Connection()
     with stopping(cancel, connection.shut):
         try:
-            _get_into(signed_url, start, end, out, cancel, timeout_s, connection, size)
+            with _open_range(signed_url, start, end, timeout_s, connection) as response:
+                _check_answer(response, start, end, size)
+                _copy_body(response, start, end, out, cancel)
         except (OSError, http.client.HTTPException) as err:
             if cancel is not None and cancel.is_set():
                 raise InterruptedError("fetch into the cache cancelled") from err
             raise
 
 
-def _get_into(
-    signed_url: str,
-    start: int,
-    end: int,
-    out: BinaryIO,
-    cancel: threading.Event | None,
-    timeout_s: float,
-    connection: _Connection,
-    size: int | None,
-) -> None:
+def _open_range(
+    signed_url: str, start: int, end: int, timeout_s: float, connection: _Connection
+) -> http.client.HTTPResponse:
+    """The answer to a GET of bytes ``[start, end)``; a refusal raised as :func:`get_into` says."""
     request = urllib.request.Request(signed_url, headers={"Range": f"bytes={start}-{end - 1}"})
     opener = urllib.request.build_opener(
         _HTTPHandler(connection.opened), _HTTPSHandler(_tls_context(), connection.opened)
     )
     try:
-        response = opener.open(request, timeout=timeout_s)
+        response: http.client.HTTPResponse = opener.open(request, timeout=timeout_s)
     except urllib.error.HTTPError as err:
         err.close()
         if err.code == 404:
@@ -114,28 +110,39 @@ def _get_into(
         if 300 <= err.code < 500 and err.code not in (408, 416, 429):
             raise SignedUrlRefused(f"HTTP {err.code}: {err.reason}") from err
         raise
-    with response:
-        if response.status != 206 and start > 0:
-            raise SignedUrlRefused(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
-        told = http_range.object_size(response.status, response.headers)
-        if size is not None and told is not None and told != size:
-            raise SizeChanged(told)
-        buffer = memoryview(bytearray(min(PIECE_BYTES, end - start)))
-        position = start
-        while position < end:
-            if cancel is not None and cancel.is_set():
-                raise InterruptedError("fetch into the cache cancelled")
-            piece = buffer[: min(len(buffer), end - position)]
-            filled = 0
-            while filled < len(piece):
-                count = response.readinto(piece[filled:])
-                if not count:
-                    raise ConnectionError(
-                        f"the body ended at byte {position + filled} of {end}; did the object change?"
-                    )
-                filled += count
-            out.write(piece)
-            position += filled
+    return response
+
+
+def _check_answer(response: http.client.HTTPResponse, start: int, end: int, size: int | None) -> None:
+    """Refuse a whole object sent for a range (SignedUrlRefused) or one of another size (SizeChanged)."""
+    if response.status != 206 and start > 0:
+        raise SignedUrlRefused(f"asked for bytes {start}-{end - 1}, got HTTP {response.status}")
+    headers: Any = response.headers  # an HTTPMessage: a Mapping for what object_size asks (get)
+    told = http_range.object_size(response.status, headers)
+    if size is not None and told is not None and told != size:
+        raise SizeChanged(told)
+
+
+def _copy_body(
+    response: http.client.HTTPResponse, start: int, end: int, out: BinaryIO, cancel: threading.Event | None
+) -> None:
+    """Write the body of ``response`` (bytes ``[start, end)`` of the object) to ``out``, a piece at a time."""
+    buffer = memoryview(bytearray(min(PIECE_BYTES, end - start)))
+    position = start
+    while position < end:
+        if cancel is not None and cancel.is_set():
+            raise InterruptedError("fetch into the cache cancelled")
+        piece = buffer[: min(len(buffer), end - position)]
+        filled = 0
+        while filled < len(piece):
+            count = response.readinto(piece[filled:])
+            if not count:
+                raise ConnectionError(
+                    f"the body ended at byte {position + filled} of {end}; did the object change?"
+                )
+            filled += count
+        out.write(piece)
+        position += filled
 
 
 class _Connection:

@@ -137,21 +137,17 @@ def canonical_blocks(file: BinaryIO, size: int, mapped: bytes | mmap.mmap = b"")
     offsets: list[int] = []
     sizes: list[int] = []
     headers: list[bytes] = []
-    offset = chunk_start = 0
-    chunk, read_size = mapped, CHUNK
+    block_at = _Window(file, size, mapped).block
+    offset, read_size = 0, CHUNK
     while offset + BLOCK <= size:
-        at = offset - chunk_start
-        if at + BLOCK > len(chunk):
-            file.seek(offset)
-            chunk, chunk_start, at = file.read(min(read_size, size - offset)), offset, 0
-            if len(chunk) < BLOCK:
-                return None
-        if not chunk[at]:  # an empty name: the end-of-archive block, or something for tarfile
-            if chunk[at : at + BLOCK] != ZERO_BLOCK or not offsets:
+        header = block_at(offset, read_size)
+        if header is None:
+            return None
+        if not header[0]:  # an empty name: the end-of-archive block, or something for tarfile
+            if header != ZERO_BLOCK or not offsets:
                 return None
             blocks = np.frombuffer(b"".join(headers), np.uint8).reshape(-1, BLOCK)
             return blocks, np.array(offsets, np.int64), np.array(sizes, np.int64), offset
-        header = chunk[at : at + BLOCK]
         try:
             member_size = int(header[124:135], 8)
         except ValueError:
@@ -249,16 +245,12 @@ def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
     members: list[Member] = []
     headers: list[bytes] = []
     checksums: list[int] = []
-    offset = chunk_start = 0
-    chunk, read_size, typical = b"", CHUNK, 0
+    block_at = _Window(file, size).block
+    offset, read_size, typical = 0, CHUNK, 0
     while offset + BLOCK <= size:
-        at = offset - chunk_start
-        if at + BLOCK > len(chunk):
-            file.seek(offset)
-            chunk, chunk_start, at = file.read(min(read_size, size - offset)), offset, 0
-            if len(chunk) < BLOCK:
-                return None
-        block = chunk[at : at + BLOCK]
+        block = block_at(offset, read_size)
+        if block is None:
+            return None
         if block == ZERO_BLOCK:
             return (members, offset) if offset and _checksums_match(headers, checksums) else None
         parsed = _parse(block)
@@ -277,6 +269,32 @@ def _walk_each(file: BinaryIO, size: int) -> tuple[list[Member], int] | None:
         typical = (typical * 7 + member_size) // 8  # large members: a header alone per read
         read_size = CHUNK if typical <= CHUNK // 8 else BLOCK
     return None
+
+
+class _Window:
+    """The header blocks of ``file`` by offset: from ``mapped`` (a memory map of the whole file: no
+    read call per header), else from reads that also serve the headers of the small members after."""
+
+    __slots__ = ("_chunk", "_file", "_size", "_start")
+
+    def __init__(self, file: BinaryIO, size: int, mapped: bytes | mmap.mmap = b"") -> None:
+        self._file = file
+        self._size = size
+        self._chunk = mapped
+        self._start = 0
+
+    def block(self, offset: int, read_size: int) -> bytes | None:
+        """The ``BLOCK`` bytes at ``offset``, read with what follows up to ``read_size`` bytes when
+        not at hand; None where the file ends within them."""
+        chunk = self._chunk
+        at = offset - self._start
+        if at + BLOCK > len(chunk):
+            self._file.seek(offset)
+            chunk = self._chunk = self._file.read(min(read_size, self._size - offset))
+            self._start, at = offset, 0
+            if len(chunk) < BLOCK:
+                return None
+        return chunk[at : at + BLOCK]
 
 
 def _checksums_match(headers: list[bytes], checksums: list[int]) -> bool:

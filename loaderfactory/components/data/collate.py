@@ -5,6 +5,7 @@ from __future__ import annotations
 import numbers
 import warnings
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -91,6 +92,7 @@ def missing_field(items: Sequence[Any]) -> MissingFieldError | None:
     return None
 
 
+@dataclass(eq=False, repr=False)  # compared by identity, as a function is; __repr__ below
 class DictCollate:
     """Collate a list of dict items into one dict: ``[{"vol": t1}, {"vol": t2}]`` → ``{"vol": stack}``.
 
@@ -110,23 +112,17 @@ class DictCollate:
             (list, silently).
     """
 
-    def __init__(
-        self,
-        keys: KeyFilter = None,
-        stack_tensors: bool = True,
-        convert_numpy: bool = True,
-        convert_numbers: bool = True,
-        on_unstackable: OnUnstackable = "warn",
-    ) -> None:
-        if on_unstackable not in ("warn", "error", "list"):
-            raise ValueError(f"on_unstackable must be 'warn', 'error' or 'list', got {on_unstackable!r}")
-        if isinstance(keys, str):
-            raise TypeError(f"keys must be a list of keys or a predicate, got the string {keys!r}")
-        self.keys = keys
-        self.stack_tensors = stack_tensors
-        self.convert_numpy = convert_numpy
-        self.convert_numbers = convert_numbers
-        self.on_unstackable = on_unstackable
+    keys: KeyFilter = None
+    stack_tensors: bool = True
+    convert_numpy: bool = True
+    convert_numbers: bool = True
+    on_unstackable: OnUnstackable = "warn"
+
+    def __post_init__(self) -> None:
+        if self.on_unstackable not in ("warn", "error", "list"):
+            raise ValueError(f"on_unstackable must be 'warn', 'error' or 'list', got {self.on_unstackable!r}")
+        if isinstance(self.keys, str):
+            raise TypeError(f"keys must be a list of keys or a predicate, got the string {self.keys!r}")
 
     def _selected(self, item: Mapping[str, Any]) -> list[str]:
         if self.keys is None:

@@ -26,6 +26,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 from loaderfactory.components.data.collate import DictCollate
 from loaderfactory.components.queue.arguments import MB, as_transform, check_arguments, dataset_length, sizes
+from loaderfactory.components.queue.dataloader import queue_dataloader
 from loaderfactory.components.queue.filler import in_flight
 from loaderfactory.components.queue.run import QueueRun
 from loaderfactory.components.queue.store import Mode, megabytes
@@ -266,16 +267,7 @@ class QueueDataset(IterableDataset[Any]):
         set batching in the queue; its workers already load in the background, and DataLoader
         workers would each copy the whole queue.
         """
-        fixed = sorted(
-            k
-            for k in ("batch_size", "collate_fn", "shuffle", "sampler", "batch_sampler", "drop_last")
-            if k in kwargs
-        )
-        if fixed:
-            raise TypeError(f"get_dataloader: {fixed} are set by the queue itself (batch_size, collate)")
-        if kwargs.get("num_workers", 0):
-            raise ValueError("get_dataloader: num_workers must be 0; the queue loads with its own workers")
-        return DataLoader(self, batch_size=None, **kwargs)
+        return queue_dataloader(self, **kwargs)
 
     # -- telemetry ----------------------------------------------------------------------------
     @property

@@ -1,4 +1,4 @@
-"""Spec of the ``sharded`` loader kind: :class:`~loaderfactory.components.sharded.ShardedDataLoader`."""
+"""Spec of the ``sharded`` loader kind: :class:`~loaderfactory.components.steps.ShardedDataLoader`."""
 
 from __future__ import annotations
 

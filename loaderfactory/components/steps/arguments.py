@@ -1,4 +1,4 @@
-"""The cheap checks of :class:`~loaderfactory.components.sharded.ShardedDataLoader`'s arguments.
+"""The cheap checks of :class:`~loaderfactory.components.steps.ShardedDataLoader`'s arguments.
 
 Each raises :class:`~loaderfactory.errors.ArgumentError` (a ``ValueError``) naming the argument to
 change, so a builder can point at its config field. The rules across arguments are
@@ -7,7 +7,7 @@ change, so a builder can point at its config field. The rules across arguments a
 
 from __future__ import annotations
 
-from loaderfactory.components.sharded.sampling import BALANCE, LAST_BATCH
+from loaderfactory.components.steps.sampling import BALANCE, LAST_BATCH
 from loaderfactory.errors import ArgumentError
 from loaderfactory.rules import raise_first
 from loaderfactory.rules.sharded import sampling_problems

@@ -1,4 +1,4 @@
-"""One pass of a :class:`~loaderfactory.components.sharded.ShardedDataLoader` over an epoch plan.
+"""One pass of a :class:`~loaderfactory.components.steps.ShardedDataLoader` over an epoch plan.
 
 A pass hands the steps of its plan, from the resume position on, to the loader's workers (the
 shared :mod:`~loaderfactory.components.workers` pools) or loads them in the consumer's thread, and
@@ -11,14 +11,14 @@ import weakref
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from loaderfactory.components.sharded.sampling import EpochPlan, Step
+from loaderfactory.components.steps.sampling import EpochPlan, Step
 from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
 from loaderfactory.components.workers.torch_internals import pin_memory
 
 if TYPE_CHECKING:
-    from loaderfactory.components.sharded.loader import ShardedDataLoader
+    from loaderfactory.components.steps.loader import ShardedDataLoader
 
 Pool = ThreadWorkers[Step, Any] | ProcessWorkers[Step, Any]
 

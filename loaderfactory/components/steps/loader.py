@@ -18,21 +18,21 @@ import torch
 from loaderfactory.components.data.stacked import default_collate
 from loaderfactory.components.order_state import ORDER_FIELD, check_order, shuffled_order
 from loaderfactory.components.seeding import agreed_seed
-from loaderfactory.components.sharded.arguments import check_sampling, check_workers, place
-from loaderfactory.components.sharded.passes import LoadStep, Pass, Pool
-from loaderfactory.components.sharded.position import Position, read_position
-from loaderfactory.components.sharded.sampling import (
-    Balance,
-    EpochPlan,
-    LastBatch,
-    ShardPlanner,
-    Step,
-)
 from loaderfactory.components.state import (
     check_matching,
     require_int,
     require_keys,
     require_state,
+)
+from loaderfactory.components.steps.arguments import check_sampling, check_workers, place
+from loaderfactory.components.steps.passes import LoadStep, Pass, Pool
+from loaderfactory.components.steps.position import Position, read_position
+from loaderfactory.components.steps.sampling import (
+    Balance,
+    EpochPlan,
+    LastBatch,
+    ShardPlanner,
+    Step,
 )
 from loaderfactory.components.workers.info import worker_seed
 from loaderfactory.components.workers.lifecycle import stopping_together

@@ -1,4 +1,4 @@
-"""Where a :class:`~loaderfactory.components.sharded.ShardedDataLoader` stands in its epochs: what the
+"""Where a :class:`~loaderfactory.components.steps.ShardedDataLoader` stands in its epochs: what the
 next pass starts from, what a state records of it, and the checks of a loaded state's fields."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from loaderfactory.components.sharded.sampling import EpochPlan, ShardPlanner
 from loaderfactory.components.state import require_int, require_int_list
+from loaderfactory.components.steps.sampling import EpochPlan, ShardPlanner
 
 
 @dataclass
