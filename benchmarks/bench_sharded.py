@@ -24,7 +24,7 @@ from torch.utils.data import DataLoader
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.steps import ShardedDataLoader
 
 
 class CpuBound:

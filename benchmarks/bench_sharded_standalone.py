@@ -23,7 +23,7 @@ from bench_sharded import CpuBound  # the workload of bench_sharded.py
 from torch.utils.data import DataLoader
 
 import loaderfactory
-from loaderfactory.components.sharded import ShardedDataLoader
+from loaderfactory.components.steps import ShardedDataLoader
 
 
 def items_per_s(make: Callable[[], Iterable[Any]], items: int) -> float:
