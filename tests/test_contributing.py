@@ -55,3 +55,26 @@ def test_where_things_live_has_a_line_for_every_folder_and_top_level_module() ->
     first_cells = " ".join(re.findall(r"^\| ([^|]*`[^|]*) \|", CONTRIBUTING, flags=re.MULTILINE))
     modules = sorted(path.name for path in (ROOT / "loaderfactory").glob("*.py"))
     assert [name for name in modules if f"{name}`" not in first_cells] == []
+
+
+def _section(title: str) -> str:
+    """The text of CONTRIBUTING.md's ``## <title>`` section."""
+    return CONTRIBUTING.split(f"\n## {title}\n", 1)[1].split("\n## ", 1)[0]
+
+
+def test_adding_a_dataset_kind_touches_at_most_six_files() -> None:
+    """The guide's file table for a new dataset kind lists at most six files, and those not named
+    after the kind exist."""
+    files = re.findall(r"^\| `([^`]+)` \|", _section("Adding a dataset kind"), flags=re.MULTILINE)
+    assert 0 < len(files) <= 6
+    assert [name for name in files if "<kind>" not in name and not (ROOT / name).is_file()] == []
+
+
+def test_kind_module_names_a_function_of_a_components_module() -> None:
+    """``kind_module("data.<module>", name)``, as the guide registers a dataset kind's builder, calls
+    ``loaderfactory.components.data.<module>.<name>``."""
+    from loaderfactory.components.data.datasets import SyntheticDataset
+    from loaderfactory.config.builtins import kind_module
+
+    made = kind_module("data.datasets", "SyntheticDataset")(length=3)
+    assert isinstance(made, SyntheticDataset) and len(made) == 3

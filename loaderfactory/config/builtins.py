@@ -4,6 +4,7 @@ Imported on the registry's first use; users add kinds with the same ``register``
 are imported when a kind is first built, so validating a config (``run.mode=validate``, the
 schema, ``--help``) never imports torch. A contract is the overrides that put the kind into the
 contract tests' small pipeline (``tests/test_contracts.py``, ``tests/test_dataset_contracts.py``).
+A kind may keep its builder and its contract's files beside its component (:func:`kind_module`).
 """
 
 from __future__ import annotations
@@ -41,6 +42,12 @@ def builder(module: str, name: str) -> lazy:
 def example(name: str) -> lazy:
     """``loaderfactory.testing.contract_data.<name>``: a contract's files, imported when first called."""
     return lazy("loaderfactory.testing.contract_data", name)
+
+
+def kind_module(module: str, name: str) -> lazy:
+    """``loaderfactory.components.<module>.<name>``: a builder (``build``) or a contract's files
+    (``contract_example``) kept in the kind's own module beside its component, imported when first called."""
+    return lazy(f"loaderfactory.components.{module}", name)
 
 
 # Contracts: the overrides that put each slot kind into the contract tests' small pipeline.

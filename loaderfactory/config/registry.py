@@ -84,7 +84,8 @@ _builtins_loaded = False
 
 
 class lazy:  # reads as a function at the registration site
-    """A builder imported on its first call: ``lazy("my_package.builders", "build_thing")``."""
+    """A function imported on its first call: a builder, ``lazy("my_package.builders", "build_thing")``,
+    or a contract's setup; registering a kind this way imports none of its runtime (torch)."""
 
     def __init__(self, module: str, name: str) -> None:
         self.module, self.name = module, name
