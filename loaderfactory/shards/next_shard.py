@@ -11,7 +11,6 @@ shard itself, which raises the same error with its usual context.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 
@@ -25,7 +24,6 @@ class NextShard:
 
     def __init__(self, open_shard: Callable[[int], Shard]) -> None:
         self.open_shard = open_shard
-        self.pid = os.getpid()
         self._lock = threading.Lock()
         self._number = -1
         self._done = threading.Event()
@@ -64,7 +62,7 @@ class NextShard:
     def take(self, number: int) -> Shard | None:
         """Shard ``number`` if it was opened ahead (waiting for an opening under way); None if not."""
         with self._lock:
-            if number != self._number or self._closed or self.pid != os.getpid():
+            if number != self._number or self._closed:
                 return None
             done = self._done
         done.wait()
@@ -82,9 +80,8 @@ class NextShard:
 
     def close(self) -> None:
         """Close a shard opened ahead, wait for the openings under way (each closes what it opens),
-        and start nothing more."""
-        if self.pid != os.getpid():
-            return  # a forked copy: its threads ran in the parent, and its lock may have been held
+        and start nothing more (in the process that made this object: :mod:`.reader` never closes a
+        forked copy)."""
         with self._lock:
             self._closed = True
             self._drop()

@@ -234,6 +234,10 @@ class TarShard:
             out.append(sample)
         return out
 
+    def tar(self) -> TarShard:
+        """This shard (see :class:`~loaderfactory.shards.cached_shard.Shard`)."""
+        return self
+
     def close(self) -> None:
         """Nothing to do here: a local shard's file closes when the shard is collected, not before,
         as a sample read on another thread may still be using it."""
