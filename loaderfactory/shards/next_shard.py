@@ -1,10 +1,10 @@
 """Open the next local shard on a background thread while the current one is read.
 
 Opening a tar shard walks its headers: about 20 ms for a 64 MB shard of 4 KB samples, most of it
-numpy work that releases the GIL. When shards are read in stored order, the dataset asks for the
+numpy work that releases the GIL. When shards are read in stored order, the reader asks for the
 next one here as it opens each shard; the walk then runs beside the reads of the current shard,
-and the dataset takes the opened shard when it gets there (waiting for a walk under way rather
-than walking the shard a second time). An opening that fails is dropped: the dataset opens the
+and the reader takes the opened shard when it gets there (waiting for a walk under way rather
+than walking the shard a second time). An opening that fails is dropped: the reader opens the
 shard itself, which raises the same error with its usual context.
 """
 
@@ -48,7 +48,7 @@ class NextShard:
     def _open(self, number: int, done: threading.Event) -> None:
         try:
             shard: Shard | None = self.open_shard(number)
-        except Exception as err:  # noqa: BLE001 - the dataset's own opening raises it, in context
+        except Exception as err:  # noqa: BLE001 - the reader's own opening raises it, in context
             log.debug("opening shard %d ahead failed: %s", number, err)
             shard = None
         with self._lock:

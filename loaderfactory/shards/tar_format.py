@@ -19,7 +19,8 @@ import numpy as np
 from loaderfactory.shards.decode import Decode, decode_error, decodes_npy, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
-from loaderfactory.shards.storage import Storage, missing, split_scheme
+from loaderfactory.shards.remote_errors import missing
+from loaderfactory.shards.storage import Storage, split_scheme
 from loaderfactory.shards.tar_blocks import header_blocks
 from loaderfactory.shards.tar_headers import Walked, walk_members
 from loaderfactory.shards.tar_members import kept_members
