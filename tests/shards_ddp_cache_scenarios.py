@@ -36,8 +36,7 @@ from typing import Any
 import torch.distributed as dist
 
 import loaderfactory
-from loaderfactory.shards import Storage
-from loaderfactory.shards import dataset as shards_dataset
+from loaderfactory.shards import Storage, found_shards
 from loaderfactory.shards.find import find_shards
 from loaderfactory.shards.storage import split_scheme
 
@@ -62,7 +61,7 @@ def _counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     return counting
 
 
-BUILD_INDEX = shards_dataset.build_index
+BUILD_INDEX = found_shards.build_index
 
 
 def _build_index(urls: Sequence[str], *args: Any, **kwargs: Any) -> Any:
@@ -73,7 +72,7 @@ def _build_index(urls: Sequence[str], *args: Any, **kwargs: Any) -> Any:
 
 for _method in ("list", "size", "read", "read_range"):
     setattr(Storage, _method, _counted(_method, getattr(Storage, _method)))
-shards_dataset.build_index = _build_index
+found_shards.build_index = _build_index
 
 
 def build(urls: str, cache: dict[str, Any] | None = None, **loader: Any) -> loaderfactory.Loader:

@@ -35,8 +35,8 @@ from typing import Any
 import torch.distributed as dist
 
 import loaderfactory
-from loaderfactory.shards import INDEX_NAME, Storage
-from loaderfactory.shards import dataset as shards_dataset
+from loaderfactory.shards import INDEX_NAME, Storage, found_shards
+from loaderfactory.shards.reader import ShardReader
 
 KINDS = ("torch", "sharded")
 CALLS: Counter[str] = Counter()
@@ -60,7 +60,7 @@ def _read(self: Storage, url: str, *, _read: Callable[..., bytes] = Storage.read
 # What a rank lists and reads while it finds its shards: the storage's listing and the index file.
 Storage.list = _counted("list", Storage.list)  # type: ignore[method-assign]
 Storage.read = _read  # type: ignore[method-assign]
-shards_dataset.build_index = _counted("build index", shards_dataset.build_index)
+found_shards.build_index = _counted("build index", found_shards.build_index)
 OPENED_LOG: list[Path | None] = [None]
 """Where every process of this rank (DataLoader workers forked from it too) logs the shards it opens."""
 
@@ -72,7 +72,7 @@ def _logged(url: str) -> None:
             out.write(f"{url}\n")
 
 
-OPEN_SHARD, OPEN_LOCAL = shards_dataset.ShardsDataset._open_shard, shards_dataset.ShardsDataset._open_local
+OPEN_SHARD, OPEN_LOCAL = ShardReader.open_shard, ShardReader.open_local
 
 
 def _open_shard(self: Any, info: Any) -> Any:
@@ -85,8 +85,8 @@ def _open_local(self: Any, number: int) -> Any:  # opened ahead of its reads
     return OPEN_LOCAL(self, number)
 
 
-shards_dataset.ShardsDataset._open_shard = _open_shard  # type: ignore[method-assign]
-shards_dataset.ShardsDataset._open_local = _open_local  # type: ignore[method-assign]
+ShardReader.open_shard = _open_shard  # type: ignore[method-assign]
+ShardReader.open_local = _open_local  # type: ignore[method-assign]
 
 
 def build(kind: str, data: str, balance: str = "uneven", workers: int = 0) -> loaderfactory.Loader:

@@ -247,7 +247,7 @@ def test_every_id_once_in_an_epoch_with_eviction(
 
 def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path) -> None:
     """Reading sample 0 fetches the shards of the next ``predownload`` samples: stored order, or the
-    order told through ``visit_order``; later reads of them are cache hits."""
+    order told through the reader's ``visit_order``; later reads of them are cache hits."""
     urls = _put_shards(s3, "cache/ahead")
     dataset = ShardsDataset(
         urls, storage_options=s3.storage_options, cache_dir=str(tmp_path / "cache"), predownload=8
@@ -255,12 +255,12 @@ def test_predownload_fetches_the_next_shards_ahead(s3: S3Server, tmp_path: Path)
     cache = dataset.cache
     assert cache is not None
     dataset[0]
-    dataset._predownloader.wait()  # type: ignore[union-attr]
+    dataset.reader().ahead.predownloader.wait()  # type: ignore[union-attr]
     assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in urls[:3])  # ids 0..8
     assert cache.fetched == 3
-    dataset.visit_order = [9, 23, 12, 0, 1, 2]  # shard 2, then shard 5, then shard 3
+    dataset.reader().visit_order = [9, 23, 12, 0, 1, 2]  # shard 2, then shard 5, then shard 3
     dataset[9]
-    dataset._predownloader.wait()  # type: ignore[union-attr]
+    dataset.reader().ahead.predownloader.wait()  # type: ignore[union-attr]
     assert (
         cache.fetched == 5
         and os.path.exists(cache.path_of(urls[5]))
@@ -281,11 +281,11 @@ def test_predownload_always_fetches_the_next_two_shards_the_order_reads(s3: S3Se
     cache = dataset.cache
     assert cache is not None
     dataset[0]  # the window (id 1) is in shard 0
-    dataset._predownloader.wait()  # type: ignore[union-attr]
+    dataset.reader().ahead.predownloader.wait()  # type: ignore[union-attr]
     assert _cached(tmp_path / "cache") == sorted(cache.path_of(u).name for u in urls[:3])
-    dataset.visit_order = [12, 13, 14, 15, 20, 21, 8, 0]  # shard 3 whole, then shards 5 and 2
+    dataset.reader().visit_order = [12, 13, 14, 15, 20, 21, 8, 0]  # shard 3 whole, then shards 5 and 2
     dataset[12]
-    dataset._predownloader.wait()  # type: ignore[union-attr]
+    dataset.reader().ahead.predownloader.wait()  # type: ignore[union-attr]
     assert os.path.exists(cache.path_of(urls[5])) and not os.path.exists(cache.path_of(urls[4]))
     assert cache.fetched == 5  # shards 0, 1 and 2, then 3 (read) and 5 (ahead; 2 is there)
     dataset.close()

@@ -97,13 +97,14 @@ def test_two_worker_processes_read_every_id_exactly_once(tmp_path: Path, kind: s
 def test_only_open_shards_shards_stay_open_and_pickles_carry_none(tmp_path: Path) -> None:
     """The LRU keeps at most ``open_shards``; a pickled copy starts with none and reads the same."""
     dataset = ShardsDataset(_indexed(write_parquet_shards(tmp_path, [2, 2, 2, 2])), open_shards=2)
+    reader = dataset.reader()
     for i in range(len(dataset)):
         dataset[i]
-        assert len(dataset._open) <= 2
+        assert 0 < len(reader.opened) <= 2
     copy = pickle.loads(pickle.dumps(dataset))
-    assert not copy._open and copy[5]["id"] == dataset[5]["id"] == 5
+    assert not copy.reader().opened and copy[5]["id"] == dataset[5]["id"] == 5
     dataset.close()
-    assert not dataset._open
+    assert not reader.opened
 
 
 def test_a_sample_missing_a_key_names_url_and_sample(tmp_path: Path) -> None:

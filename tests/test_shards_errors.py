@@ -30,9 +30,9 @@ from loaderfactory.shards import (
     StorageError,
     build_index,
     load_index,
+    remote_fs,
     save_index,
 )
-from loaderfactory.shards import storage as storage_module
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
@@ -119,7 +119,7 @@ def test_a_server_that_stops_answering_fails_after_the_read_timeout(
     """The server accepts every request after the first batch and never answers: each attempt ends
     at the read timeout (here 0.5 s; aiohttp's own is 5 minutes), and after the retries the consumer
     gets StorageError naming the URL and the sample instead of waiting forever."""
-    monkeypatch.setitem(storage_module.HTTP_TIMEOUTS_S, "sock_read", 0.5)
+    monkeypatch.setitem(remote_fs.HTTP_TIMEOUTS_S, "sock_read", 0.5)
     server, urls = _served_shards(tmp_path, serve)
     dataset: dict[str, Any] = {"kind": "shards", "urls": urls, "retries": 1}
     if cached:

@@ -6,7 +6,6 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
-import pickle
 import subprocess
 import sys
 import tempfile
@@ -17,9 +16,11 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 from counting_http_server import serving
 from s3_server import S3Server
 from shards_data import id_samples, tar_bytes, write_tar_shards
+from torch.utils.data import Subset
 
 import loaderfactory
 from loaderfactory.errors import ConfigError
@@ -32,6 +33,8 @@ from loaderfactory.shards.private_folder import PREFIX
 COUNTS = [12, 9, 14, 10, 11, 8]
 """Six uneven shards of a few KiB each; ids run on across them."""
 SEED = 3
+_DRAW = {"_target_": f"{__name__}.draw", "_partial_": True}
+"""``dataset.transforms`` entry for :func:`draw`."""
 
 
 @pytest.fixture
@@ -278,22 +281,85 @@ def test_a_dead_processes_private_folder_is_removed_at_the_next_start(
     dataset.close()
 
 
-def test_a_copy_in_another_process_takes_up_the_published_order(
-    http_shards: tuple[list[str], Counter[str]], private_tmp: Path
+def draw(item: dict[str, Any], generator: torch.Generator) -> dict[str, Any]:
+    """A seeded transform: the sample's draw for its epoch."""
+    return {**item, "draw": torch.rand(2, generator=generator)}
+
+
+Epoch = tuple[Counter[int], dict[int, torch.Tensor]]
+"""An epoch's ids counted, and each id's draw."""
+
+
+def _epochs(config: dict[str, Any], dataset: Any = None) -> list[Epoch]:
+    """Two epochs of one loader."""
+    out = []
+    with loaderfactory.build_loader(config, dataset=dataset) as loader:
+        for _ in range(2):
+            batches = list(loader)
+            pairs = (zip(batch["cls"], batch["draw"], strict=True) for batch in batches)
+            out.append((_ids(batches), {int(i): row for pair in pairs for i, row in pair}))
+    return out
+
+
+def _same_draws_each_epoch(workers: list[Epoch], alone: list[Epoch], ids: Counter[int]) -> None:
+    """Each epoch through workers gives every id once and, for each, the draw it gets without
+    workers; the two epochs draw anew."""
+    for (counted, draws), (_, expected) in zip(workers, alone, strict=True):
+        assert counted == ids
+        assert draws.keys() == expected.keys() and all(torch.equal(draws[i], expected[i]) for i in draws)
+    first, second = (draws for _, draws in alone)
+    assert not any(torch.equal(first[i], second[i]) for i in first)
+
+
+@pytest.mark.parametrize("persistent", [False, True])
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_workers_read_the_epoch_their_batches_announce(
+    http_shards: tuple[list[str], Counter[str]],
+    private_tmp: Path,
+    resource_tracker: None,
+    context: str,
+    persistent: bool,
 ) -> None:
-    """A pickled copy (what a spawned worker gets) takes up each epoch order the original computes,
-    and never removes the original's folder."""
+    """Two shuffled epochs over remote shards with predownload through 2 workers (forked or spawned,
+    persistent or not): each sample draws what it draws without workers, anew each epoch, every id
+    once an epoch; the epoch reaches the workers with the batches the sampler sends them."""
     urls, _ = http_shards
-    dataset = ShardsDataset(urls, predownload=4, shuffle_window=2, open_shards=2)
-    copy = pickle.loads(pickle.dumps(dataset))
-    assert copy._current_order() is None
-    for epoch in (0, 1):
-        order = dataset.epoch_order(SEED, epoch)
-        assert copy._current_order() == order
-    copy.close()
-    assert len(_private_folders(private_tmp)) == 1
-    dataset.close()
+    config = _config(urls, num_workers=0, predownload=sum(COUNTS), transforms=[_DRAW])
+    alone = _epochs(config)
+    loader = {"num_workers": 2, "persistent_workers": persistent, "multiprocessing_context": context}
+    config["loader"] |= loader
+    _same_draws_each_epoch(_epochs(config), alone, Counter(range(sum(COUNTS))))
     assert _private_folders(private_tmp) == []
+
+
+@pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
+def test_a_subset_in_workers_reads_each_epoch_too(
+    http_shards: tuple[list[str], Counter[str]],
+    private_tmp: Path,
+    resource_tracker: None,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    context: str,
+) -> None:
+    """A torch ``Subset`` of the dataset in 2 persistent workers: each epoch's draws are those without
+    workers, anew each epoch, and (forked) predownload follows the epoch's order of the shards."""
+    urls, _ = http_shards
+    orders, fetches = tmp_path / "orders.log", tmp_path / "fetches.log"
+    _log_predownloads(monkeypatch, orders, fetches)
+    kept = list(range(0, sum(COUNTS), 3))
+    shards = ShardsDataset(urls, shuffle_window=2, open_shards=2, predownload=8, transforms=draw)
+    config: dict[str, Any] = {"loader": {"kind": "torch", "batch_size": 4, "shuffle": True}, "seed": SEED}
+    try:
+        alone = _epochs(config, Subset(shards, kept))
+        config["loader"] |= {"num_workers": 2, "persistent_workers": True, "multiprocessing_context": context}
+        _same_draws_each_epoch(_epochs(config, Subset(shards, kept)), alone, Counter(kept))
+    finally:
+        shards.close()
+    if context == "fork":  # the logging patch reaches forked workers only
+        workers = {pid for pid, _ in _lines(orders)} - {str(os.getpid())}
+        epochs = {_digest(window_order(COUNTS, SEED, epoch, 2)) for epoch in range(2)}
+        assert len(workers) == 2
+        assert {digest for pid, digest in _lines(orders) if pid in workers} == epochs
 
 
 def test_a_cache_limit_below_the_shuffled_window_is_refused_and_one_that_holds_it_reads(

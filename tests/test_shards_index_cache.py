@@ -14,8 +14,7 @@ from shards_data import id_samples, tar_bytes, write_tar_shards
 
 import loaderfactory
 from loaderfactory.errors import ConfigError
-from loaderfactory.shards import ShardChangedError, ShardError, ShardsDataset, Storage
-from loaderfactory.shards import dataset as dataset_module
+from loaderfactory.shards import ShardChangedError, ShardError, ShardsDataset, Storage, found_shards
 from loaderfactory.shards.index_cache import cached_index_path
 
 
@@ -31,13 +30,13 @@ def _put(s3: S3Server, prefix: str, counts: Sequence[int], first_number: int = 0
 def indexed(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The URLs of every shard indexed by reading it, as building a dataset indexes them."""
     urls: list[str] = []
-    real = dataset_module.build_index
+    real = found_shards.build_index
 
     def recording(shards: Sequence[str], *args: Any, **kwargs: Any) -> Any:
         urls.extend(shards)
         return real(shards, *args, **kwargs)
 
-    monkeypatch.setattr(dataset_module, "build_index", recording)
+    monkeypatch.setattr(found_shards, "build_index", recording)
     return urls
 
 

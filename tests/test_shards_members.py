@@ -98,7 +98,7 @@ def test_a_shard_written_again_after_its_table_is_scanned(packed: Path, scans: l
     os.utime(members_url(str(shard)), ns=(1, 1))  # older than the shard, whatever the clock's grain
     dataset = ShardsDataset(str(packed), progress=False)
     labels = [item["label"] for item in _read_all(packed)]
-    low, high = dataset._ends[0], dataset._ends[1]
+    low, high = dataset.ends[0], dataset.ends[1]
     dataset.close()
     assert labels == [label + 1000 if low <= label < high else label for label in range(COUNT)]
     assert scans == [str(shard)]

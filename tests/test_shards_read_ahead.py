@@ -150,8 +150,8 @@ def test_the_next_shard_is_in_the_page_cache_before_its_first_read(tmp_path: Pat
     dataset = ShardsDataset(urls)
     samples = dataset.__getitems__([0, 1, 2, 3]) if batch else [dataset[0]]
     assert [int(sample["cls"]) for sample in samples] == list(range(len(samples)))
-    assert dataset._read_ahead is not None
-    dataset._read_ahead.wait()
+    assert dataset.reader().ahead.read_ahead is not None
+    dataset.reader().ahead.read_ahead.wait()
     assert _cached_pages(urls[0]) == _cached_pages(urls[1]) == 1.0
     assert _cached_pages(urls[2]) < 0.5  # two shards ahead: not yet
     read_ahead = dataset.stats()["bytes_read_ahead"]
@@ -164,7 +164,7 @@ def test_without_read_ahead_only_what_is_read_comes_from_the_disk(tmp_path: Path
     _cold(urls)
     dataset = ShardsDataset(urls, local_read_ahead=False)
     assert int(dataset[0]["cls"]) == 0
-    assert dataset._read_ahead is None and dataset.stats()["bytes_read_ahead"] == 0
+    assert dataset.reader().ahead.read_ahead is None and dataset.stats()["bytes_read_ahead"] == 0
     assert _cached_pages(urls[1]) < 0.5
     dataset.close()
 
@@ -176,8 +176,8 @@ def test_cached_pieces_are_not_read_again(tmp_path: Path) -> None:
     dataset = ShardsDataset(urls)
     for index in range(len(dataset)):
         dataset[index]
-    assert dataset._read_ahead is not None
-    dataset._read_ahead.wait()
+    assert dataset.reader().ahead.read_ahead is not None
+    dataset.reader().ahead.read_ahead.wait()
     assert dataset.stats()["bytes_read_ahead"] <= len(urls) * PIECE  # at most a partly cached piece each
     dataset.close()
 
@@ -215,8 +215,8 @@ def test_a_shard_gone_after_indexing_fails_its_read_not_the_read_ahead(
     os.remove(urls[1])
     with caplog.at_level(logging.DEBUG, logger="loaderfactory.shards.read_ahead"):
         assert int(dataset[0]["cls"]) == 0
-        assert dataset._read_ahead is not None
-        dataset._read_ahead.wait()
+        assert dataset.reader().ahead.read_ahead is not None
+        dataset.reader().ahead.read_ahead.wait()
     assert any(urls[1] in record.getMessage() for record in caplog.records)
     with pytest.raises(ShardNotFoundError, match=urls[1]):
         dataset[COUNTS[0]]
@@ -243,7 +243,7 @@ def test_a_job_spanning_machines_reads_nothing_ahead(
         monkeypatch.setenv(name, value)
     dataset = ShardsDataset(_write_shards(tmp_path / "data", [4, 4]))
     dataset[0]
-    assert (dataset._read_ahead is not None) is reads_ahead
+    assert (dataset.reader().ahead.read_ahead is not None) is reads_ahead
     dataset.close()
 
 
@@ -265,9 +265,10 @@ def test_in_stored_order_the_next_shard_is_opened_ahead_and_taken(
     ids = [int(sample["cls"]) for sample in dataset.__getitems__(list(range(20)))]
     assert ids == list(range(20))
     assert sorted(walked) == urls  # each shard walked once: shards 2 and 3 ahead of their reads
-    assert dataset._next is not None and dataset.stats()["shards_opened"] == 4
+    ahead = dataset.reader().ahead
+    assert ahead.next_shard is not None and dataset.stats()["shards_opened"] == 4
     dataset.close()
-    assert dataset._next is None
+    assert ahead.next_shard is None
     assert not [t for t in threading.enumerate() if t.name == "loaderfactory-next-shard"]
 
 
@@ -276,7 +277,7 @@ def test_a_shuffled_order_opens_nothing_ahead(tmp_path: Path) -> None:
     dataset = ShardsDataset(urls)
     for number in (3, 0, 4, 1):
         dataset[number * 5]
-    assert dataset._next is None
+    assert dataset.reader().ahead.next_shard is None
     dataset.close()
 
 

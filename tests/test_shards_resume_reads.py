@@ -16,6 +16,7 @@ from shards_data import write_tar_shards
 
 import loaderfactory
 from loaderfactory.shards import ShardsDataset
+from loaderfactory.shards.reader import ShardReader
 
 COUNTS = [6, 9, 4, 7, 5, 8, 6, 5]
 """50 samples in 8 uneven shards; a sample's ``cls`` is its global index."""
@@ -38,12 +39,12 @@ def reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     workers included."""
     log = tmp_path / "reads.log"
     open_shard, get_items, get_item = (
-        ShardsDataset._open_shard,
+        ShardReader.open_shard,
         ShardsDataset.__getitems__,
         ShardsDataset.__getitem__,
     )
 
-    def logged_open(self: ShardsDataset, info: Any) -> Any:
+    def logged_open(self: ShardReader, info: Any) -> Any:
         _append(log, f"open {info.url}")
         return open_shard(self, info)
 
@@ -62,12 +63,12 @@ def reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
             _append(log, f"read {index}")
         return get_item(self, index)
 
-    def logged_open_ahead(self: ShardsDataset, number: int, *, _open: Any = ShardsDataset._open_local) -> Any:
+    def logged_open_ahead(self: ShardReader, number: int, *, _open: Any = ShardReader.open_local) -> Any:
         _append(log, f"open {self.shards[number].url}")
         return _open(self, number)
 
-    monkeypatch.setattr(ShardsDataset, "_open_shard", logged_open)
-    monkeypatch.setattr(ShardsDataset, "_open_local", logged_open_ahead)
+    monkeypatch.setattr(ShardReader, "open_shard", logged_open)
+    monkeypatch.setattr(ShardReader, "open_local", logged_open_ahead)
     monkeypatch.setattr(ShardsDataset, "__getitems__", logged_items)
     monkeypatch.setattr(ShardsDataset, "__getitem__", logged_item)
     return log

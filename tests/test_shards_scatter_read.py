@@ -36,7 +36,7 @@ def test_a_shuffled_batch_is_read_scattered_into_stacked_rows(tmp_path: Path, cu
     indices = list(range(len(dataset)))
     random.Random(3).shuffle(indices)
     indices[:2] = [-1, -len(dataset)]  # negative indices count from the end
-    read = read_scattered(dataset, indices, _shard_of(dataset, indices))
+    read = read_scattered(dataset.reader(), indices, _shard_of(dataset, indices))
     assert isinstance(read, StackedItems)
     assert_same(list(read), [dataset[i] for i in indices], "batch")
     stacked = read.stacked["npy"]
@@ -67,7 +67,7 @@ def test_packed_items_read_scattered_come_back_as_packed(
     dataset = ShardsDataset(str(tmp_path / "packed"), fields=fields, metadata=metadata, progress=False)
     indices = list(range(len(dataset)))
     random.Random(7).shuffle(indices)
-    read = read_scattered(dataset, indices, _shard_of(dataset, indices))
+    read = read_scattered(dataset.reader(), indices, _shard_of(dataset, indices))
     assert isinstance(read, StackedItems) and len(set(_shard_of(dataset, indices))) > 1
     assert_same(list(read), [dataset[i] for i in indices], "batch")
     label = "label.cls" if fields == "raw" else "label"
@@ -123,6 +123,6 @@ def test_a_shard_whose_samples_differ_is_read_as_before(
 ) -> None:
     dataset = ShardsDataset(_odd_shard(tmp_path / "shards", odd))
     indices = [8, 1, 7, 0, 9, 3]
-    assert read_scattered(dataset, indices, _shard_of(dataset, indices)) is None
+    assert read_scattered(dataset.reader(), indices, _shard_of(dataset, indices)) is None
     assert_same(list(dataset.__getitems__(indices)), [dataset[i] for i in indices], "batch")
     dataset.close()

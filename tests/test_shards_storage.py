@@ -12,7 +12,7 @@ from s3_server import S3Server
 
 from loaderfactory.shards import Storage, StorageError, signed_get
 from loaderfactory.shards import storage as storage_module
-from loaderfactory.shards.storage import _s3_options
+from loaderfactory.shards.remote_fs import s3_options
 
 
 def _roundtrip(storage: Storage, folder: str) -> None:
@@ -122,7 +122,7 @@ def test_only_settings_a_signed_url_carries_fetch_by_signed_get(
 ) -> None:
     """Credentials, endpoint, region and addressing travel in a presigned URL; settings that add
     headers, arguments, proxies or certificate checks to each request keep fetches on s3fs."""
-    assert signed_get.plain_s3_settings(_s3_options(dict(options))) is plain
+    assert signed_get.plain_s3_settings(s3_options(dict(options))) is plain
 
 
 def test_a_shard_fetched_by_signed_get_is_byte_exact(

@@ -14,7 +14,9 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
+from loaderfactory.components.epoch_announce import EpochTag, TaggedBatch, TaggedIndex
 from loaderfactory.components.order import RankOrder, advance, batch_count, batches
+from loaderfactory.components.order_forwarding import order_source
 
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -28,7 +30,9 @@ class ResumableSampler(Sampler[Any]):
     """This rank's indices of ``order``, in batches of ``batch_size`` (single indices when ``None``).
 
     :attr:`epoch`, :attr:`start` (the position in the epoch's global sequence to go on from) and
-    :attr:`done` (batches delivered before it) are set by the loader before each pass.
+    :attr:`done` (batches delivered before it) are set by the loader before each pass. Each batch
+    (index) carries the epoch's :class:`~loaderfactory.components.epoch_announce.EpochTag`, which
+    tells a DataLoader worker that unpickles it which epoch it loads.
     """
 
     def __init__(self, order: RankOrder, batch_size: int | None, drop_last: bool) -> None:
@@ -53,10 +57,14 @@ class ResumableSampler(Sampler[Any]):
         return advance(self.start, delivered, order.world_size, self.batch_size or 1, order.length)
 
     def __iter__(self) -> Iterator[Any]:
-        mine = self.order.part(self.order.sequence(self.epoch), self.start)
+        order = self.order
+        mine = order.part(order.sequence(self.epoch), self.start)
+        # The seed and epoch the order engine just passed to the dataset's epoch_order, if it used it.
+        own = order.shuffle and order_source(order.dataset) != "uniform"
+        tag = EpochTag(order.seed, self.epoch, own)
         if self.batch_size is None:
-            return iter(mine)
-        return iter(batches(mine, self.batch_size, self.drop_last))
+            return (TaggedIndex(index, tag) for index in mine)
+        return (TaggedBatch(batch, tag) for batch in batches(mine, self.batch_size, self.drop_last))
 
 
 class ReplayedSampler(Sampler[Any]):

@@ -1,10 +1,12 @@
 """A batch of ``ShardsDataset`` samples: each run of consecutive indices in one shard read at once.
 
 torch's map-style fetcher calls ``dataset.__getitems__(indices)`` for a batch when it exists (in the
-main process and in workers). The result is exactly ``[dataset[i] for i in indices]``: a run is
-located, its shard opened and predownload advanced once, and a tar run is one read spanning its
-samples. Each sample becomes what ``dataset[i]`` gives (the item as packed, or the raw sample) by
-the dataset's :class:`~loaderfactory.shards.item_layout.SampleShape`: a rename of its fields. A
+main process and in workers), which hands it to the process's shard reader (a
+:class:`~loaderfactory.shards.read_protocols.BatchSource`). The result is exactly
+``[dataset[i] for i in indices]``: a run is located, its shard opened and predownload advanced once,
+and a tar run is one read spanning its samples. Each sample becomes what ``dataset[i]`` gives (the
+item as packed, or the raw sample) by the dataset's
+:class:`~loaderfactory.shards.item_layout.SampleShape`: a rename of its fields. A
 shard that cannot be opened raises what ``dataset[i]`` raises for the run's first sample
 (without opening it again, and so without its retries again), and storage that still fails after
 the retries raises its error naming the run's samples. Anything else that fails in a run is read
@@ -16,18 +18,16 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from loaderfactory.components.data.stacked import StackedItems, batch_tensor
-from loaderfactory.shards.errors import READ_ERRORS, StorageError, in_sample
+from loaderfactory.shards.cached_shard import Shard
+from loaderfactory.shards.errors import StorageError, in_sample
+from loaderfactory.shards.read_protocols import BatchSource
 from loaderfactory.shards.scatter_read import SCATTERED, read_scattered
-from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.tar_stacked import NpyLayout, Target, read_rows, stackable_fields
-
-if TYPE_CHECKING:
-    from loaderfactory.shards.dataset import ShardsDataset
 
 Run = tuple[int, int, int, int]
 """(first position in the batch, position after the last, shard number, first sample in the shard);
@@ -59,11 +59,11 @@ def batch_runs(ends: Sequence[int], indices: Sequence[int]) -> list[Run]:
     return runs
 
 
-def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[Any]:
+def read_batch(dataset: BatchSource, indices: Sequence[int]) -> list[Any]:
     """``[dataset.read_sample(i) for i in indices]``, each run of consecutive samples of a shard read
     at once; fixed-size ``.npy`` fields of local tar shards straight into batch tensors
     (``StackedItems``); a shuffled batch's samples one ``preadv`` each (:mod:`.scatter_read`)."""
-    runs = batch_runs(dataset._ends, indices)
+    runs = batch_runs(dataset.ends, indices)
     if len(indices) > 1 and all(shard >= 0 for _, _, shard, _ in runs):
         stacked = None
         if len(runs) > SCATTERED * len(indices):  # a shuffled batch: nearly a run per sample
@@ -83,17 +83,16 @@ def read_batch(dataset: ShardsDataset, indices: Sequence[int]) -> list[Any]:
     return out
 
 
-def _read_stacked(dataset: ShardsDataset, indices: Sequence[int], runs: list[Run]) -> list[Any] | None:
+def _read_stacked(dataset: BatchSource, indices: Sequence[int], runs: list[Run]) -> list[Any] | None:
     """The batch with the ``.npy`` fields of its first sample that fit (:mod:`.tar_stacked`) read
     into one tensor each; None where a run is not in a local tar shard or does not fit them."""
     targets: dict[str, Target] = {}
     out: list[Any] = []
     shape = dataset.shape
     for first, stop, shard, local in runs:
-        opened = _open_run(dataset, indices[first:stop], shard, local)
-        tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
+        tar = _open_run(dataset, indices[first:stop], shard).tar()
         try:
-            if not isinstance(tar, TarShard) or tar.file() < 0:
+            if tar is None or tar.file() < 0:
                 return None
             if not targets:
                 targets = _targets(stackable_fields(tar, local), len(indices))
@@ -125,27 +124,20 @@ def _targets(layouts: dict[str, NpyLayout], count: int) -> dict[str, Target]:
     return targets
 
 
-def _open_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> Any:
+def _open_run(dataset: BatchSource, run: Sequence[int], shard: int) -> Shard:
     """Shard ``shard`` opened for ``run``, its failure raised as ``dataset[run[0]]`` raises it."""
     first = run[0] if run[0] >= 0 else run[0] + len(dataset)
-    try:
-        last = run[-1] if run[-1] >= 0 else run[-1] + len(dataset)
-        return dataset._opened(shard, last, first)
-    except READ_ERRORS as err:  # dataset[i] would meet the same error, after the same retries again
-        raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err
+    last = run[-1] if run[-1] >= 0 else run[-1] + len(dataset)
+    return dataset.open_run(shard, first, last)
 
 
-def _read_run(dataset: ShardsDataset, run: Sequence[int], shard: int, local: int) -> list[Any]:
+def _read_run(dataset: BatchSource, run: Sequence[int], shard: int, local: int) -> list[Any]:
     """The samples of ``run`` (consecutive global indices in ``shard``, from its sample ``local``)."""
     url = dataset.shards[shard].url
-    opened = _open_run(dataset, run, shard, local)
+    opened = _open_run(dataset, run, shard)
     first = run[0] if run[0] >= 0 else run[0] + len(dataset)
     try:
-        reader = getattr(opened, "sample_run", None)
-        if reader is not None:
-            samples: list[dict[str, Any]] = reader(local, len(run))
-        else:
-            samples = [opened.sample(local + offset) for offset in range(len(run))]
+        samples = opened.sample_run(local, len(run))
     except StorageError as err:  # after the retries: read again one by one, each would retry again
         count = len(run)
         where = (

@@ -47,8 +47,9 @@ from loaderfactory.shards.cache_files import HeldShard, evict, lock_path, locked
 from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChangedError, StorageError
 from loaderfactory.shards.index import ShardInfo
 from loaderfactory.shards.object_version import same_version
+from loaderfactory.shards.remote_errors import short_answer
 from loaderfactory.shards.staged_file import staged_file
-from loaderfactory.shards.storage import Storage, is_remote, short_answer, split_scheme
+from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
 HOLD_ATTEMPTS = 5
 """How often :meth:`ShardCache.hold` fetches again a shard evicted between its fetch and its lock."""

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from loaderfactory.shards.cache_files import HeldShard
 from loaderfactory.shards.errors import ShardError
+
+if TYPE_CHECKING:
+    from loaderfactory.shards.tar_format import TarShard
 
 
 class Shard(Protocol):
@@ -15,6 +18,15 @@ class Shard(Protocol):
     def __len__(self) -> int: ...
 
     def sample(self, index: int) -> dict[str, Any]: ...
+
+    def sample_run(self, first: int, count: int) -> list[dict[str, Any]]:
+        """Samples ``first`` to ``first + count - 1`` (at once where the format reads runs)."""
+        ...
+
+    def tar(self) -> TarShard | None:
+        """The tar shard read underneath (a cached copy's, or this one), whose file batch reads go
+        to directly; None for another format."""
+        ...
 
     def close(self) -> None: ...
 
@@ -45,13 +57,13 @@ class CachedShard:
     def sample_run(self, first: int, count: int) -> list[dict[str, Any]]:
         """Samples ``first`` to ``first + count - 1``: at once when the format reads runs."""
         try:
-            run = getattr(self.shard, "sample_run", None)
-            if run is not None:
-                samples: list[dict[str, Any]] = run(first, count)
-                return samples
-            return [self.shard.sample(index) for index in range(first, first + count)]
+            return self.shard.sample_run(first, count)
         except ShardError as err:
             raise self._named(err) from err
+
+    def tar(self) -> TarShard | None:
+        """The cached copy's tar shard; None for another format."""
+        return self.shard.tar()
 
     def close(self) -> None:
         self.shard.close()

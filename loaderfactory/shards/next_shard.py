@@ -1,17 +1,16 @@
 """Open the next local shard on a background thread while the current one is read.
 
 Opening a tar shard walks its headers: about 20 ms for a 64 MB shard of 4 KB samples, most of it
-numpy work that releases the GIL. When shards are read in stored order, the dataset asks for the
+numpy work that releases the GIL. When shards are read in stored order, the reader asks for the
 next one here as it opens each shard; the walk then runs beside the reads of the current shard,
-and the dataset takes the opened shard when it gets there (waiting for a walk under way rather
-than walking the shard a second time). An opening that fails is dropped: the dataset opens the
+and the reader takes the opened shard when it gets there (waiting for a walk under way rather
+than walking the shard a second time). An opening that fails is dropped: the reader opens the
 shard itself, which raises the same error with its usual context.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from collections.abc import Callable
 
@@ -25,7 +24,6 @@ class NextShard:
 
     def __init__(self, open_shard: Callable[[int], Shard]) -> None:
         self.open_shard = open_shard
-        self.pid = os.getpid()
         self._lock = threading.Lock()
         self._number = -1
         self._done = threading.Event()
@@ -50,7 +48,7 @@ class NextShard:
     def _open(self, number: int, done: threading.Event) -> None:
         try:
             shard: Shard | None = self.open_shard(number)
-        except Exception as err:  # noqa: BLE001 - the dataset's own opening raises it, in context
+        except Exception as err:  # noqa: BLE001 - the reader's own opening raises it, in context
             log.debug("opening shard %d ahead failed: %s", number, err)
             shard = None
         with self._lock:
@@ -64,7 +62,7 @@ class NextShard:
     def take(self, number: int) -> Shard | None:
         """Shard ``number`` if it was opened ahead (waiting for an opening under way); None if not."""
         with self._lock:
-            if number != self._number or self._closed or self.pid != os.getpid():
+            if number != self._number or self._closed:
                 return None
             done = self._done
         done.wait()
@@ -82,9 +80,8 @@ class NextShard:
 
     def close(self) -> None:
         """Close a shard opened ahead, wait for the openings under way (each closes what it opens),
-        and start nothing more."""
-        if self.pid != os.getpid():
-            return  # a forked copy: its threads ran in the parent, and its lock may have been held
+        and start nothing more (in the process that made this object: :mod:`.reader` never closes a
+        forked copy)."""
         with self._lock:
             self._closed = True
             self._drop()

@@ -83,6 +83,14 @@ class ParquetShard:
             out[column] = decode_in_sample(column, value, self.decode, where) if bytes_value else value
         return out
 
+    def sample_run(self, first: int, count: int) -> list[dict[str, Any]]:
+        """Rows ``first`` to ``first + count - 1``."""
+        return [self.sample(index) for index in range(first, first + count)]
+
+    def tar(self) -> None:
+        """None: not a tar shard (see :class:`~loaderfactory.shards.cached_shard.Shard`)."""
+        return None
+
     def _group(self, group: int, index: int) -> dict[str, Any]:
         """Row group ``group``'s columns, read now unless held (the lock held)."""
         ledger = held_row_groups()

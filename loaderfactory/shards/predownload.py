@@ -2,8 +2,8 @@
 
 The rule (it needs nothing but the sample just read, so it works alike in the main process and in
 each DataLoader worker): after reading sample ``i``, find its position ``p`` in the expected order
-(``ShardsDataset.visit_order``: the epoch order last computed in this process, or published by the
-process running the sampler, see :mod:`~loaderfactory.shards.published_order`; else stored order),
+(``ShardReader.visit_order``: the window order of the epoch being read, which reaches DataLoader
+workers with the batches, see :mod:`~loaderfactory.components.epoch_announce`; else stored order),
 take the samples at positions ``p+1 .. p+predownload``, and fetch their shards, nearest first, at
 most ``max_shards`` of them (what the cache's limit leaves beside the shard in use). The next
 ``THREADS`` shards the order reads are always among them, even where the window ends before their
@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import bisect
 import logging
-import os
 import threading
 from collections.abc import Sequence
 from concurrent import futures
@@ -31,9 +30,6 @@ THREADS = 2
 """Fetches in flight per process: shards are large, so two keep a link busy without many requests."""
 NEXT_SHARD_SCAN = 1 << 16
 """Positions looked at per step when the window ahead lies inside the shard being read."""
-_INHERITED: list[Predownloader] = []
-"""A forked child's copies of its parent's predownloaders, kept referenced: their executors' locks
-may have been held at the fork, and dropping them would run callbacks that take those locks."""
 log = logging.getLogger(__name__)
 
 
@@ -57,7 +53,6 @@ class Predownloader:
         self.cache, self.urls, self.ends = cache, list(urls), list(ends)
         self._ends_array = np.asarray(self.ends, dtype=np.int64)
         self.samples, self.max_shards = samples, max_shards
-        self.pid = os.getpid()
         self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="loaderfactory-predownload")
         self._pending: dict[int, Future[str]] = {}
         self._cancel = Cancel()
@@ -143,9 +138,7 @@ class Predownloader:
 
     def close(self) -> None:
         """Cancel what is queued, stop the fetches in flight (whatever their requests wait for), and
-        join the threads."""
-        if self.pid != os.getpid():
-            _INHERITED.append(self)  # a forked copy: its threads live in the parent
-            return
+        join the threads (in the process that made this object: :mod:`.reader` never closes a
+        forked copy)."""
         self._cancel.set()
         self._pool.shutdown(wait=True, cancel_futures=True)

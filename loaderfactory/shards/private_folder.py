@@ -1,5 +1,4 @@
-"""A dataset's own temporary folder: its remote shards' cache when no ``cache.dir`` is set, and the
-file through which it tells its DataLoader workers the epoch's order (:mod:`.published_order`).
+"""A dataset's own temporary folder: its remote shards' cache when no ``cache.dir`` is set.
 
 Created in the process that builds the dataset, so worker processes forked or spawned later find it
 (its path travels with the pickled dataset). Named ``loaderfactory-shards-<pid>-<random>`` in the
@@ -41,9 +40,10 @@ class PrivateFolder:
 
     @property
     def removed(self) -> bool:
-        """True once :meth:`remove` ran in the creating process (always False in a copy)."""
+        """True once :meth:`remove` ran, in the creating process (always False elsewhere: a copy,
+        spawned or forked, never makes the folder again)."""
         finalizer = getattr(self, "_finalizer", None)
-        return finalizer is not None and not finalizer.alive
+        return finalizer is not None and not finalizer.alive and self.owner == os.getpid()
 
     def __getstate__(self) -> dict[str, Any]:
         # A copy in a spawned worker carries no finalizer: only the creating process removes.

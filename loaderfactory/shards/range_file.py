@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 from typing import BinaryIO
 
+from loaderfactory.shards.remote_errors import missing
 from loaderfactory.shards.storage import Storage, split_scheme
 
 BLOCK_BYTES = 1 << 20
@@ -49,8 +50,6 @@ def open_shard(storage: Storage, url: str, size: int | None = None) -> BinaryIO:
         try:
             return storage.stats.open(rest)  # its reads counted where a dataset counts them
         except FileNotFoundError:
-            from loaderfactory.shards.storage import missing
-
             raise missing(url) from None
     raw = RangeFile(storage, url, size)
     return io.BufferedReader(raw, buffer_size=BLOCK_BYTES)

@@ -27,8 +27,6 @@ from collections.abc import Callable, Sequence
 PIECE = 1 << 20
 """Bytes per read: large enough for the disk, small enough that a close stops the thread quickly."""
 PAGE = 4096
-_INHERITED: list[ReadAhead] = []
-"""A forked child's copies of its parent's read-ahead, kept referenced (see ``predownload``)."""
 log = logging.getLogger(__name__)
 
 
@@ -70,7 +68,6 @@ class ReadAhead:
     ) -> None:
         self.paths, self.ends, self.count = list(paths), list(ends), count
         self.worker = worker
-        self.pid = os.getpid()
         self._queue: deque[tuple[int, int]] = deque()  # (shard, sample to start from)
         self._reading = -1  # the shard the thread reads now
         self._thread: threading.Thread | None = None
@@ -159,10 +156,8 @@ class ReadAhead:
             thread.join()
 
     def close(self) -> None:
-        """Stop the read in progress between pieces, drop the queued ones, and join the thread."""
-        if self.pid != os.getpid():
-            _INHERITED.append(self)  # a forked copy: its lock may have been held at the fork
-            return
+        """Stop the read in progress between pieces, drop the queued ones, and join the thread (in
+        the process that made this object: :mod:`.reader` never closes a forked copy)."""
         self._cancel.set()
         self.wait()
 

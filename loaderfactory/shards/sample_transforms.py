@@ -6,10 +6,10 @@ A transform that takes a generator (the registered ones, ``f(item, generator)``)
 the same seed, whichever worker reads it and however many there are, a resumed epoch draws what the
 uninterrupted one would have, and each epoch draws anew. The epoch is the one being read:
 ``epoch_order(seed, epoch)`` (every shuffled epoch) and ``set_epoch(epoch)`` (``Loader.set_epoch``)
-publish it in a small file of a private folder (:mod:`.published_order`), where DataLoader workers
-started before pick it up on their next read (one ``stat``). An unshuffled epoch nobody numbers
-draws as epoch 0. Plain ``f(item)`` callables draw from the global generators, which the loaders
-seed per worker, as for the other dataset kinds.
+set it in the process running the sampler; in a DataLoader worker, the dataset sets it from the
+epoch its batches announce (:mod:`~loaderfactory.components.epoch_announce`). An unshuffled epoch
+nobody numbers draws as epoch 0. Plain ``f(item)`` callables draw from the global generators, which
+the loaders seed per worker, as for the other dataset kinds.
 
 Items are replaced in the list read, never edited: a :class:`~loaderfactory.components.data.stacked.
 StackedItems` batch keeps its batch tensor for every field the transforms leave as it is.
@@ -23,8 +23,6 @@ from typing import Any
 import torch
 
 from loaderfactory.components.data.transforms import Compose, takes_generator
-from loaderfactory.shards.private_folder import PrivateFolder
-from loaderfactory.shards.published_order import PublishedOrder
 
 Transform = Callable[..., Any]
 _MASK = 2**64 - 1
@@ -45,7 +43,7 @@ def sample_seed(seed: int, epoch: int, index: int) -> int:
 class SampleTransforms:
     """Apply ``transform`` to each sample a :class:`~loaderfactory.shards.ShardsDataset` reads.
 
-    Costs a temporary folder (removed with the dataset) and, per sample, a ``torch.Generator``.
+    Costs a ``torch.Generator`` per sample.
 
     Args:
         transform: ``f(item, generator=None)`` or ``f(item)``; a list is applied in order.
@@ -59,24 +57,19 @@ class SampleTransforms:
             raise TypeError(f"transforms must be callable, got {transform!r}")
         self.seed = seed
         self.takes_generator = takes_generator(self.transform)
-        self._folder = PrivateFolder()
-        self._published = PublishedOrder(self._folder.path)
+        self.order_seed, self.epoch = 0, 0
 
     def set_epoch(self, epoch: int, seed: int | None = None) -> None:
-        """Draw as epoch ``epoch`` (of the order seeded by ``seed``) from the next read on, in every
-        process reading this dataset."""
-        if self._folder.removed:  # used again after the dataset's close()
-            self._folder = PrivateFolder()
-            self._published = PublishedOrder(self._folder.path)
-        current = self._published.read()
-        order_seed = seed if seed is not None else current[0] if current is not None else 0
-        self._published.publish(order_seed, epoch)
+        """Draw as epoch ``epoch`` (of the order seeded by ``seed``; None: the order seed set last)
+        from the next read on, in this process."""
+        self.epoch = epoch
+        if seed is not None:
+            self.order_seed = seed
 
     def apply(self, samples: list[Any], indices: Sequence[int], length: int) -> list[Any]:
         """``samples`` (read for ``indices``) with each replaced by its transformed self."""
-        published = self._published.read() if self.takes_generator else None
-        order_seed, epoch = published if published is not None else (0, 0)
-        seed = self.seed if self.seed is not None else order_seed
+        epoch = self.epoch
+        seed = self.seed if self.seed is not None else self.order_seed
         for place, (sample, index) in enumerate(zip(samples, indices, strict=True)):
             position = index + length if index < 0 else index
             samples[place] = self._one(sample, seed, epoch, position)
@@ -91,10 +84,6 @@ class SampleTransforms:
         except Exception as err:
             err.add_note(f"in dataset.transforms, on {_named(sample, position)}")
             raise
-
-    def close(self) -> None:
-        """Remove the folder the epoch is published in (in the process that made it)."""
-        self._folder.remove()
 
 
 def _named(sample: Any, position: int) -> str:

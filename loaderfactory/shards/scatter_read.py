@@ -24,11 +24,11 @@ import numpy as np
 import torch
 
 from loaderfactory.components.data.stacked import StackedItems, batch_tensor
+from loaderfactory.shards.read_protocols import BatchSource
 from loaderfactory.shards.tar_format import TarShard
 from loaderfactory.shards.tar_stacked import IOV_MAX, NpyLayout, stackable_fields
 
 if TYPE_CHECKING:
-    from loaderfactory.shards.dataset import ShardsDataset
     from loaderfactory.shards.tar_table import TarTable
 
 SCATTERED = 0.5
@@ -187,14 +187,10 @@ class _Group(NamedTuple):
     keys: tuple[str, ...] | None
 
 
-def read_scattered(
-    dataset: ShardsDataset, indices: Sequence[int], shard_of: Sequence[int]
-) -> list[Any] | None:
+def read_scattered(dataset: BatchSource, indices: Sequence[int], shard_of: Sequence[int]) -> list[Any] | None:
     """The samples at global ``indices`` (in shards ``shard_of``, each opened here once), their
     stacked ``.npy`` fields read into batch tensors; None where the batch does not fit."""
-    from loaderfactory.shards.batch_read import _open_run  # batch_read imports this module
-
-    length, ends, shape = len(dataset), dataset._ends, dataset.shape
+    length, ends, shape = len(dataset), dataset.ends, dataset.shape
     positions = [index + length if index < 0 else index for index in indices]
     places_of: dict[int, list[int]] = {}
     for place, shard in enumerate(shard_of):
@@ -205,9 +201,8 @@ def read_scattered(
     for number, (shard, places) in enumerate(places_of.items()):
         low = ends[shard - 1] if shard else 0
         first, last = positions[places[0]], positions[places[-1]]
-        opened = _open_run(dataset, (first, last), shard, first - low)
-        tar = getattr(opened, "shard", opened)  # a cached copy's reader, or the shard's own
-        if not isinstance(tar, TarShard) or (descriptor := tar.file()) < 0:
+        tar = dataset.open_run(shard, first, last).tar()
+        if tar is None or (descriptor := tar.file()) < 0:
             return None
         reading = _reading(tar)
         if reading is None:

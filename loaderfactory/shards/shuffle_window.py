@@ -15,6 +15,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from loaderfactory.shards.cache import human_bytes
+
 AUTO = "auto"
 DEFAULT_SHUFFLE_MEMORY = 4 * 2**30
 """``shuffle_memory``'s default, 4 GiB (mirrors the spec's, which cannot import this package)."""
@@ -70,3 +72,37 @@ def window_for(batch_size: int, shards: int) -> int:
     while window < shards and shards_per_batch(window, batch_size) < wanted:
         window += 1
     return window
+
+
+def window_problem(
+    window: int, setting: int | str, open_shards: int, remote_bytes: Sequence[int], cache_limit: int | None
+) -> str | None:
+    """Why a shuffled epoch could not hold its ``window`` (set as ``setting``): ``open_shards`` below
+    it, or a set ``cache_limit`` below the bytes of its remote shards (``remote_bytes``); None when
+    it can."""
+    how = f"shuffle_window={window}" + (" (auto, from shuffle_memory)" if setting == AUTO else "")
+    if open_shards < window:
+        return (
+            f"open_shards={open_shards} is below {how}: a shuffled epoch would reopen a shard"
+            f" for nearly every sample; set open_shards ≥ {window} or leave it unset (it follows"
+            f" the window), or set shuffle_window ≤ {open_shards}"
+        )
+    held = window_bytes(remote_bytes, window)
+    if cache_limit is not None and remote_bytes and cache_limit < held:
+        return (
+            f"cache.limit {human_bytes(cache_limit)} cannot hold {how}: its shards take up to"
+            f" {human_bytes(held)}; raise cache.limit to {human_bytes(held)} or lower"
+            " shuffle_memory / shuffle_window"
+        )
+    return None
+
+
+def uniform_order_cost(shards: int, open_shards: int, window: int) -> str | None:
+    """What a uniform shuffle of ``shards`` costs beside the window order; None: nothing, every
+    shard staying open or one window spanning them all."""
+    if shards <= open_shards or window >= shards:
+        return None
+    return (
+        f"nearly every sample opens one of its {shards} shards again"
+        f" (open_shards={open_shards}) instead of each shard once an epoch"
+    )

@@ -14,9 +14,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import errno
 import gc
-import importlib
 import logging
 import os
 import threading
@@ -25,25 +23,22 @@ from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
 from typing import Any, BinaryIO, TypeVar
 
-from loaderfactory.remote_extras import SCHEME_PACKAGES, install_command
 from loaderfactory.shards import cancel as cancelling
 from loaderfactory.shards import fork_loops, http_range, signed_get  # noqa: F401  # fork_loops: at-fork hooks
-from loaderfactory.shards.errors import ShardNotFoundError, StorageError, changed_during_fetch
+from loaderfactory.shards.errors import StorageError, changed_during_fetch
 from loaderfactory.shards.object_version import version_of
+from loaderfactory.shards.remote_errors import gave_up, missing, short_answer, transient
+from loaderfactory.shards.remote_fs import open_filesystem, s3_options
 from loaderfactory.shards.stats import NoStats
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
 REMOTE_SCHEMES = ("s3", "gs", "http", "https")
-_PROTOCOLS = {"s3": "s3", "gs": "gcs", "http": "http", "https": "https"}
 _INHERITED: list[dict[str, Any]] = []
 """A forked child's copies of its parent's filesystems, kept referenced: collecting one would run its
 finalizer, which closes the parent's connections on the child's event loop and logs a RuntimeError."""
 RANGE_BYTES = 8 << 20
 """:meth:`Storage.download` reads through fsspec in ranges of this size, each retried on its own."""
-HTTP_TIMEOUTS_S = {"sock_connect": 5.0, "sock_read": 60.0}
-"""Bounds on each ``http(s)://`` request, as S3's have: a server that accepts a request and never
-answers fails it (and it is retried) after ``sock_read`` seconds, not aiohttp's default 5 minutes."""
 
 
 def split_scheme(url: str) -> tuple[str, str]:
@@ -64,20 +59,6 @@ def split_scheme(url: str) -> tuple[str, str]:
 def is_remote(url: str) -> bool:
     """True for ``s3://``, ``gs://`` and ``http(s)://`` URLs."""
     return split_scheme(url)[0] != "file"
-
-
-def short_answer(url: str, received: int, size: int) -> StorageError:
-    """The error of a fetch that got ``received`` bytes of the ``size`` the object has."""
-    return StorageError(
-        f"{url}: the server sent {received} bytes of the {size} the object has, and nothing was "
-        "cached: an answer cut short (or too long) by the server or the network, not a fault of the "
-        "shard; check the server or proxy and run again"
-    )
-
-
-def missing(url: str) -> ShardNotFoundError:
-    """The error for an object that does not exist, naming its URL."""
-    return ShardNotFoundError(errno.ENOENT, "no such shard or object (check the URL and the bucket)", url)
 
 
 class Storage:
@@ -108,7 +89,7 @@ class Storage:
         self.backoff_s = backoff_s
         self.retried = 0
         self.stats = stats or NoStats()
-        self._signed_gets = signed_get.plain_s3_settings(_s3_options(self.storage_options))
+        self._signed_gets = signed_get.plain_s3_settings(s3_options(self.storage_options))
         """Whether S3 fetches go by signed GETs: the settings allow it, and no store refused one."""
         self._filesystems: dict[str, Any] = {}
         self._lock = threading.Lock()
@@ -317,9 +298,9 @@ class Storage:
             except InterruptedError:
                 raise InterruptedError(f"{url}: fetch cancelled") from None
             except Exception as err:  # botocore's and aiohttp's errors share no base class with OSError
-                failure = _transient(url, err)
+                failure = transient(url, err)
                 if attempt == self.retries:
-                    raise StorageError(_gave_up(url, self.retries, failure)) from err
+                    raise StorageError(gave_up(url, self.retries, failure)) from err
             self.retried += 1
             self.stats.add("retries")
             # backoff between attempts against a struggling server, cut short by a cancel
@@ -355,133 +336,7 @@ class Storage:
         return fs, f"{scheme}://{rest}" if scheme in ("http", "https") else rest
 
     def _open(self, scheme: str) -> Any:
-        try:
-            import fsspec  # type: ignore[import-untyped]  # fsspec ships no type stubs
-
-            fsspec.get_filesystem_class(_PROTOCOLS[scheme])
-        except ImportError as err:
-            raise ImportError(
-                f"{scheme}:// URLs need fsspec and {SCHEME_PACKAGES[scheme]}: {install_command(scheme)}"
-            ) from err
-        options = dict(self.storage_options)
-        if scheme == "s3":
-            options = _s3_options(options)
-        if scheme == "gs":
-            return _gcs_filesystem(options)
-        if scheme in ("http", "https"):
-            options = _http_options(options)
-        # skip_instance_cache: fsspec would hand every Storage the same object, retries setting included.
-        fs = fsspec.filesystem(_PROTOCOLS[scheme], skip_instance_cache=True, **options)
-        if scheme == "s3":
-            fs.retries = 1  # s3fs's own retry loop off: ours retries and counts
-        return fs
-
-
-def _gcs_filesystem(options: dict[str, Any]) -> Any:
-    """gcsfs's JSON-API filesystem (``gcsfs.core``), whatever class ``gcs`` maps to.
-
-    Since 2026 gcsfs maps ``gcs`` by default to a class that first asks a gRPC control plane for each
-    bucket's layout (its experimental zonal and HNS bucket support): with an ``endpoint_url`` (an
-    emulator, a proxy) that costs a 60 s timeout on every call, and gRPC's threads do not survive
-    the fork of a DataLoader worker. The JSON API reads every bucket that one does.
-    """
-    core = importlib.import_module("gcsfs.core")
-    return core.GCSFileSystem(skip_instance_cache=True, **options)
-
-
-def _http_options(options: dict[str, Any]) -> dict[str, Any]:
-    """fsspec's HTTP arguments with :data:`HTTP_TIMEOUTS_S` unless ``client_kwargs`` has a timeout."""
-    import aiohttp
-
-    client = dict(options.get("client_kwargs") or {})
-    client.setdefault("timeout", aiohttp.ClientTimeout(total=None, **HTTP_TIMEOUTS_S))
-    return {**options, "client_kwargs": client}
-
-
-def _s3_options(settings: Mapping[str, Any]) -> dict[str, Any]:
-    """s3fs arguments from ``settings`` (left as they are): ``region`` into the client, botocore's
-    own retries off, bounded timeouts."""
-    options = {**settings, "config_kwargs": {**(settings.get("config_kwargs") or {})}}
-    region = options.pop("region", None)
-    if region is not None:
-        options["client_kwargs"] = {**(options.get("client_kwargs") or {}), "region_name": region}
-    config = options["config_kwargs"]
-    config.setdefault("retries", {"max_attempts": 1})
-    config.setdefault("connect_timeout", 5)
-    config.setdefault("read_timeout", 60)
-    return options
-
-
-def _transient(url: str, err: Exception) -> BaseException:
-    """The failure behind ``err`` that a retry may fix; raises at once for the others (a missing
-    object, a refused permission, a bad argument), naming ``url``."""
-    if isinstance(err, (InterruptedError, signed_get.SignedUrlRefused, StorageError)):  # final as it is
-        raise err
-    status = _http_status(err)
-    if status is not None:
-        if status in (404, 410):
-            raise missing(url) from err
-        if status < 500 and status not in (408, 425, 429):
-            raise StorageError(
-                f"{url}: HTTP {status} {_reason(err)}; the server refuses this request: check the URL, "
-                "and the credentials or headers in storage_options"
-            ) from err
-        return err
-    if isinstance(err, FileNotFoundError):
-        lost = _lost_connection(err)
-        if lost is None:
-            raise missing(url) from err
-        return lost
-    if isinstance(err, (PermissionError, ValueError, TypeError)):
-        raise StorageError(f"{url}: {type(err).__name__}: {_first_line(err)}") from err
-    return err
-
-
-def _http_status(err: BaseException) -> int | None:
-    """The HTTP status of an answer behind ``err`` (aiohttp's or urllib's error, or the one fsspec's
-    HTTP ``info`` hides under a FileNotFoundError), None where no answer came."""
-    for candidate in (err, err.__cause__):
-        status = getattr(candidate, "status", None)  # not ``code``: aiohttp's payload errors have 400
-        if isinstance(status, int) and 400 <= status < 600:
-            return status
-    return None
-
-
-def _reason(err: BaseException) -> str:
-    for candidate in (err, err.__cause__):
-        reason = getattr(candidate, "message", None) or getattr(candidate, "reason", None)
-        if isinstance(reason, str) and reason:
-            return reason
-    return ""
-
-
-def _gave_up(url: str, retries: int, failure: BaseException) -> str:
-    """What a StorageError says once ``retries`` are spent on ``failure``."""
-    status = _http_status(failure)
-    if status is not None:
-        return (
-            f"{url}: failed after {retries} retries (HTTP {status} {_reason(failure)}); the server "
-            "keeps failing on this object: check the server (its logs, its load), or raise "
-            "dataset.retries if it fails only now and then"
-        )
-    described = _described(failure)
-    return (
-        f"{url}: failed after {retries} retries ({described}); "
-        "is the server reachable and the endpoint right?"
-    )
-
-
-def _lost_connection(err: FileNotFoundError) -> BaseException | None:
-    """The connection failure behind a FileNotFoundError, None for an object really missing.
-
-    fsspec's HTTP ``info`` (our ``size``) reports any failure as FileNotFoundError: a server that went
-    away mid-epoch would look like a missing shard, and not be retried.
-    """
-    cause = err.__cause__
-    if cause is None:
-        return None
-    aiohttp_error = type(cause).__module__.split(".")[0] == "aiohttp"
-    return cause if aiohttp_error or isinstance(cause, (ConnectionError, TimeoutError)) else None
+        return open_filesystem(scheme, self.storage_options)
 
 
 def _host(url: str) -> str:
@@ -492,13 +347,3 @@ def _host(url: str) -> str:
 
 def _url_of(scheme: str, path: str) -> str:
     return path if "://" in path else f"{scheme}://{path}"
-
-
-def _described(err: BaseException) -> str:
-    """``"Type: first line"``, or the type alone for an error without a message (a timeout)."""
-    line = _first_line(err)
-    return f"{type(err).__name__}: {line}" if line else type(err).__name__
-
-
-def _first_line(err: BaseException) -> str:
-    return str(err).strip().splitlines()[0] if str(err).strip() else ""

@@ -19,7 +19,8 @@ import numpy as np
 from loaderfactory.shards.decode import Decode, decode_error, decodes_npy, field_decoder
 from loaderfactory.shards.errors import ShardError
 from loaderfactory.shards.range_file import open_shard
-from loaderfactory.shards.storage import Storage, missing, split_scheme
+from loaderfactory.shards.remote_errors import missing
+from loaderfactory.shards.storage import Storage, split_scheme
 from loaderfactory.shards.tar_blocks import header_blocks
 from loaderfactory.shards.tar_headers import Walked, walk_members
 from loaderfactory.shards.tar_members import kept_members
@@ -233,6 +234,10 @@ class TarShard:
                     raise decode_error(field, err, where) from err
             out.append(sample)
         return out
+
+    def tar(self) -> TarShard:
+        """This shard (see :class:`~loaderfactory.shards.cached_shard.Shard`)."""
+        return self
 
     def close(self) -> None:
         """Nothing to do here: a local shard's file closes when the shard is collected, not before,

@@ -17,7 +17,8 @@ from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
 from loaderfactory.shards.errors import ShardNotFoundError
-from loaderfactory.shards.storage import Storage, is_remote, missing, split_scheme
+from loaderfactory.shards.remote_errors import missing
+from loaderfactory.shards.storage import Storage, is_remote, split_scheme
 
 SHARD_SUFFIXES = (".tar", ".parquet")
 _BRACE = re.compile(r"\{([^{}]*)\}")

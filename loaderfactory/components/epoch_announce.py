@@ -1,0 +1,80 @@
+"""The epoch a DataLoader worker process is loading, told by the indices the sampler sends it.
+
+A dataset in a worker is a copy made when the worker started (forked or spawned, persistent or not),
+so it cannot see ``epoch_order`` / ``set_epoch`` called later in the main process. What does reach
+the worker is each index batch the sampler yields: torch pickles it unchanged through the worker's
+index queue, and the worker passes it to ``dataset.__getitems__`` (or a single index to
+``dataset[index]``). :class:`ResumableSampler <loaderfactory.components.samplers.ResumableSampler>`
+yields :class:`TaggedBatch` (a ``list``) or :class:`TaggedIndex` (an ``int``) carrying the epoch's
+:class:`EpochTag`; unpickling one records the tag here, as this process's announced epoch, right
+before the worker reads that batch. A dataset in a worker reads :func:`announced` on each read, so
+wrappers (torch's ``Subset``, a user's) need not forward anything.
+
+A tag costs its three ints in each pickled batch; unpickled, the batch is a plain ``list`` again.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+
+class EpochTag(NamedTuple):
+    """The epoch a batch belongs to: ``(seed, epoch)`` as the order engine was asked for it, and
+    whether the order is the dataset's own shuffled one (``epoch_order(seed, epoch)``)."""
+
+    seed: int
+    epoch: int
+    shuffled: bool
+
+
+_announced: EpochTag | None = None
+
+
+def announce(tag: EpochTag) -> None:
+    """Make ``tag`` this process's announced epoch."""
+    global _announced  # one value per process: the epoch its worker loads now
+    _announced = tag
+
+
+def announced() -> EpochTag | None:
+    """The epoch last announced in this process; None before any (the main process, or a sampler
+    that tags nothing)."""
+    return _announced
+
+
+class TaggedBatch(list[Any]):
+    """An index batch that announces ``tag`` in the process that unpickles it; equal to, and used
+    as, the plain list."""
+
+    __slots__ = ("tag",)
+
+    def __init__(self, indices: list[Any], tag: EpochTag) -> None:
+        super().__init__(indices)
+        self.tag = tag
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _unpickle_batch, (list(self), *self.tag)
+
+
+class TaggedIndex(int):
+    """A single index that announces ``tag`` in the process that unpickles it; an ``int``."""
+
+    tag: EpochTag
+
+    def __new__(cls, index: int, tag: EpochTag) -> TaggedIndex:
+        made = super().__new__(cls, index)
+        made.tag = tag
+        return made
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _unpickle_index, (int(self), *self.tag)
+
+
+def _unpickle_batch(indices: list[Any], seed: int, epoch: int, shuffled: bool) -> list[Any]:
+    announce(EpochTag(seed, epoch, shuffled))
+    return indices
+
+
+def _unpickle_index(index: int, seed: int, epoch: int, shuffled: bool) -> int:
+    announce(EpochTag(seed, epoch, shuffled))
+    return index
