@@ -332,6 +332,20 @@ def test_workers_read_the_epoch_their_batches_announce(
     assert _private_folders(private_tmp) == []
 
 
+def test_the_sharded_loaders_persistent_workers_read_each_epoch_too(
+    http_shards: tuple[list[str], Counter[str]], private_tmp: Path
+) -> None:
+    """The ``sharded`` loader kind's persistent process workers: each epoch's draws are those without
+    workers, anew each epoch, every id once an epoch; its steps tell the workers the epoch."""
+    urls, _ = http_shards
+    config = _config(urls, num_workers=0, predownload=sum(COUNTS), transforms=[_DRAW])
+    config["loader"] |= {"kind": "sharded", "last_batch": "keep"}
+    alone = _epochs(config)
+    config["loader"] |= {"num_workers": 2, "persistent_workers": True}
+    _same_draws_each_epoch(_epochs(config), alone, Counter(range(sum(COUNTS))))
+    assert _private_folders(private_tmp) == []
+
+
 @pytest.mark.parametrize("context", ["fork", pytest.param("spawn", marks=pytest.mark.slow)])
 def test_a_subset_in_workers_reads_each_epoch_too(
     http_shards: tuple[list[str], Counter[str]],

@@ -28,7 +28,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-from loaderfactory.components.order_forwarding import order_of
+from loaderfactory.components.epoch_announce import EpochTag
+from loaderfactory.components.order_forwarding import order_of, order_source
 
 Balance = Literal["pad", "drop", "uneven"]
 BALANCE: tuple[Balance, ...] = ("pad", "drop", "uneven")
@@ -150,6 +151,12 @@ class RankOrder:
     def sequence(self, epoch: int) -> list[int]:
         """The epoch's global sequence (:func:`epoch_order`)."""
         return epoch_order(self.length, self.seed, epoch, self.shuffle, self.dataset)
+
+    def tag(self, epoch: int) -> EpochTag:
+        """What the batches of ``epoch`` tell a DataLoader worker (:mod:`.epoch_announce`): the seed
+        and epoch :meth:`sequence` passed to the dataset's ``epoch_order``, if it used it."""
+        own = self.shuffle and order_source(self.dataset) != "uniform"
+        return EpochTag(self.seed, epoch, own)
 
     def part(self, sequence: Sequence[Any], start: int = 0) -> list[Any]:
         """This rank's part of ``sequence[start:]`` (:func:`rank_part`)."""

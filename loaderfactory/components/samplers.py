@@ -14,9 +14,8 @@ from typing import Any
 import torch
 from torch.utils.data import Sampler
 
-from loaderfactory.components.epoch_announce import EpochTag, TaggedBatch, TaggedIndex
+from loaderfactory.components.epoch_announce import TaggedBatch, TaggedIndex
 from loaderfactory.components.order import RankOrder, advance, batch_count, batches
-from loaderfactory.components.order_forwarding import order_source
 
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -59,9 +58,7 @@ class ResumableSampler(Sampler[Any]):
     def __iter__(self) -> Iterator[Any]:
         order = self.order
         mine = order.part(order.sequence(self.epoch), self.start)
-        # The seed and epoch the order engine just passed to the dataset's epoch_order, if it used it.
-        own = order.shuffle and order_source(order.dataset) != "uniform"
-        tag = EpochTag(order.seed, self.epoch, own)
+        tag = order.tag(self.epoch)
         if self.batch_size is None:
             return (TaggedIndex(index, tag) for index in mine)
         return (TaggedBatch(batch, tag) for batch in batches(mine, self.batch_size, self.drop_last))

@@ -16,12 +16,14 @@ position then counts this rank's steps.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence, Sized
 from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
 
+from loaderfactory.components.epoch_announce import TaggedBatch
 from loaderfactory.components.order import BALANCE, Balance, RankOrder, rank_part
 
 LastBatch = Literal["keep", "discard", "rollover"]
@@ -158,7 +160,15 @@ class ShardPlanner:
         return self.batch_sampler is None
 
     def plan(self, epoch: int, carry: Sequence[int] = (), start: int = 0, done: int = 0) -> EpochPlan:
-        """This rank's steps of ``epoch`` from position ``start``, given the rollover carried into it."""
+        """This rank's steps of ``epoch`` from position ``start``, given the rollover carried into it;
+        each step tells a process worker which epoch it loads (:mod:`..epoch_announce`)."""
+        plan = self._plan(epoch, carry, start, done)
+        if self.batch_sampler is not None or self.sampler is not None:
+            return plan
+        tag = self.order.tag(epoch)
+        return dataclasses.replace(plan, steps=[TaggedBatch(step, tag) for step in plan.steps])
+
+    def _plan(self, epoch: int, carry: Sequence[int], start: int, done: int) -> EpochPlan:
         if self.batch_sampler is not None:
             _set_epoch(self.batch_sampler, epoch)
             steps: list[Step] = [_as_step(s) for s in self.batch_sampler]
