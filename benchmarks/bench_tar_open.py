@@ -1,7 +1,7 @@
 """Opening and reading a local tar shard: the header scan and the per-sample read, in µs per sample.
 
 For each ``.tar`` in ``--folder`` (the first ``--shards``): the best of ``--repeats`` scans of its
-headers (:func:`loaderfactory.shards.tar_format.scan_tar`: the dense numpy walk where it applies,
+headers (:func:`loaderfactory.shards.formats.tar.shard.scan_tar`: the dense numpy walk where it applies,
 else the walk header by header), and the best of ``--repeats`` reads of all its samples in runs of
 32 (``TarShard.sample_run``, decoding included). The page cache is warm after the first repeat.
 
@@ -17,11 +17,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from loaderfactory.shards.storage import Storage
-from loaderfactory.shards.tar_format import TarShard, scan_tar
+from loaderfactory.shards.formats.tar.shard import TarShard, scan_tar
+from loaderfactory.shards.storage.store import Storage
 
 try:
-    from loaderfactory.shards.tar_headers import walk_dense
+    from loaderfactory.shards.formats.tar.headers import walk_dense
 except ImportError:  # a checkout from before it, measured side by side (--before)
     walk_dense = None
 

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from loaderfactory.hydra.compose import config_dir as config_dir
     from loaderfactory.intake import validate as validate
     from loaderfactory.loader import Loader as Loader
-    from loaderfactory.shards.pack import pack as pack
+    from loaderfactory.shards.write.pack import pack as pack
 
 
 def _public_names() -> dict[str, str]:

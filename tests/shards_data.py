@@ -101,6 +101,6 @@ def sample_bytes(urls: Sequence[str]) -> int:
     """The bytes of every sample's members in the local tars ``urls``: what reading each sample once
     reads at least."""
     from loaderfactory.shards import Storage
-    from loaderfactory.shards.tar_format import scan_tar
+    from loaderfactory.shards.formats.tar.shard import scan_tar
 
     return sum(end - start for url in urls for start, end in (s.span for s in scan_tar(Storage(), url)))

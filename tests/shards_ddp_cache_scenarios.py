@@ -36,9 +36,10 @@ from typing import Any
 import torch.distributed as dist
 
 import loaderfactory
-from loaderfactory.shards import Storage, found_shards
+from loaderfactory.shards import Storage
 from loaderfactory.shards.find import find_shards
-from loaderfactory.shards.storage import split_scheme
+from loaderfactory.shards.index import found_shards
+from loaderfactory.shards.storage.store import split_scheme
 
 SEED = 5
 EPOCHS = 2

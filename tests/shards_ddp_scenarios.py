@@ -35,8 +35,9 @@ from typing import Any
 import torch.distributed as dist
 
 import loaderfactory
-from loaderfactory.shards import INDEX_NAME, Storage, found_shards
-from loaderfactory.shards.reader import ShardReader
+from loaderfactory.shards import INDEX_NAME, Storage
+from loaderfactory.shards.index import found_shards
+from loaderfactory.shards.read.reader import ShardReader
 
 KINDS = ("torch", "sharded")
 CALLS: Counter[str] = Counter()

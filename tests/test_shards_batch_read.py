@@ -12,8 +12,9 @@ from packed_items import assert_same
 from shards_data import id_samples, tar_bytes, write_parquet_shards, write_tar_shards
 
 import loaderfactory
-from loaderfactory.shards import ShardError, ShardsDataset, tar_format
-from loaderfactory.shards.batch_read import batch_runs
+from loaderfactory.shards import ShardError, ShardsDataset
+from loaderfactory.shards.formats.tar import shard as tar_format
+from loaderfactory.shards.read.batch import batch_runs
 
 COUNTS = [5, 3, 7, 1, 6]
 

@@ -24,11 +24,11 @@ from loaderfactory.shards import (
     ShardsDataset,
     Storage,
     StorageError,
-    signed_get,
 )
-from loaderfactory.shards import storage as storage_module
-from loaderfactory.shards.cache import ShardCache
-from loaderfactory.shards.index import build_index
+from loaderfactory.shards.index.shard_index import build_index
+from loaderfactory.shards.storage import signed_get
+from loaderfactory.shards.storage import store as storage_module
+from loaderfactory.shards.storage.cache import ShardCache
 
 COUNTS = [4, 3, 5, 4, 2, 6]
 """Six uneven shards; ids run on across them."""

@@ -15,8 +15,8 @@ from counting_http_server import serving
 from shards_data import write_tar_shards
 
 from loaderfactory.shards import Storage
-from loaderfactory.shards.cache import ShardCache
-from loaderfactory.shards.cache_files import locked
+from loaderfactory.shards.storage.cache import ShardCache
+from loaderfactory.shards.storage.cache_files import locked
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from shards_data import write_tar_shards
 import loaderfactory
 from loaderfactory.errors import ConfigError
 from loaderfactory.shards import INDEX_NAME, ShardError, ShardInfo, Storage, save_index
-from loaderfactory.shards.tar_format import scan_tar
+from loaderfactory.shards.formats.tar.shard import scan_tar
 
 KEYS = ["0", "1", "1", "2", "3"]
 """Five items, the second and third given one key: five members ``<key>.cls`` holding 0..4."""

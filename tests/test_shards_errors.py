@@ -30,9 +30,9 @@ from loaderfactory.shards import (
     StorageError,
     build_index,
     load_index,
-    remote_fs,
     save_index,
 )
+from loaderfactory.shards.storage import remote_fs
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 

@@ -25,10 +25,10 @@ from torch.utils.data import Subset
 import loaderfactory
 from loaderfactory.errors import ConfigError
 from loaderfactory.shards import INDEX_NAME, ShardsDataset, Storage, build_index, save_index
-from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.order import window_order
-from loaderfactory.shards.predownload import Predownloader
-from loaderfactory.shards.private_folder import PREFIX
+from loaderfactory.shards.read.predownload import Predownloader
+from loaderfactory.shards.storage.cache import ShardCache
+from loaderfactory.shards.storage.private_folder import PREFIX
 
 COUNTS = [12, 9, 14, 10, 11, 8]
 """Six uneven shards of a few KiB each; ids run on across them."""

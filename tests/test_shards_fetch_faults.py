@@ -22,8 +22,9 @@ from shards_data import write_tar_shards
 from test_fault_injection import allowance
 
 import loaderfactory
-from loaderfactory.shards import ShardNotFoundError, StorageError, signed_get
-from loaderfactory.shards.cancel import Cancel
+from loaderfactory.shards import ShardNotFoundError, StorageError
+from loaderfactory.shards.storage import signed_get
+from loaderfactory.shards.storage.cancel import Cancel
 
 COUNTS = [4] * 6
 """Six shards of four samples: a batch of two stays within the first shard."""

@@ -13,8 +13,8 @@ import torch
 from shards_data import id_samples, npy_bytes, parquet_bytes, tar_bytes
 
 from loaderfactory.shards import ShardError, Storage
-from loaderfactory.shards.parquet_format import ParquetShard
-from loaderfactory.shards.tar_format import TarShard, split_member_name
+from loaderfactory.shards.formats.parquet import ParquetShard
+from loaderfactory.shards.formats.tar.shard import TarShard, split_member_name
 
 
 def _image_bytes(fmt: str) -> bytes:

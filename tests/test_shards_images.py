@@ -24,8 +24,8 @@ from loaderfactory.config.specs.pack import ImageFormat
 from loaderfactory.config.specs.shards import IMAGES
 from loaderfactory.errors import ArgumentError, ConfigError
 from loaderfactory.shards import PackError, ShardError, ShardsDataset, pack
-from loaderfactory.shards.decode import IMAGE_EXTENSIONS
-from loaderfactory.shards.pack_images import PIL_FORMATS, is_format
+from loaderfactory.shards.formats.decode import IMAGE_EXTENSIONS
+from loaderfactory.shards.write.images import PIL_FORMATS, is_format
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 

@@ -63,3 +63,33 @@ def test_the_check_sees_a_cycle_under_type_checking(tmp_path: Path) -> None:
     known = {"first": first, "second": second}
     graph = {name: _imports(path, known) for name, path in known.items()}
     assert _cycle_from("first", graph) == ["first", "second", "first"]
+
+
+ROOMS_BELOW = {
+    "storage": set(),
+    "formats": {"storage"},
+    "index": {"storage", "formats"},
+    "read": {"storage", "formats", "index"},
+    "write": {"storage", "formats", "index"},
+}
+"""What each room of ``loaderfactory/shards/`` may import besides itself; every room may also import
+the leaf modules beside ``dataset.py`` (:data:`SHARED`)."""
+SHARED = {"errors", "stats", "order"}
+
+
+def _room(module: str) -> str:
+    return module.split(".")[2]
+
+
+def test_each_room_of_shards_imports_only_the_rooms_below_it() -> None:
+    known = _modules()
+    shards = {name for name in known if name.startswith("loaderfactory.shards.")}
+    assert {_room(name) for name in shards if len(name.split(".")) > 3} == set(ROOMS_BELOW)
+    wrong = [
+        f"{name} -> {target}"
+        for name in sorted(shards)
+        if _room(name) in ROOMS_BELOW
+        for target in sorted(_imports(known[name], known) & shards)
+        if _room(target) not in {_room(name)} | ROOMS_BELOW[_room(name)] | SHARED
+    ]
+    assert not wrong, "; ".join(wrong)

@@ -14,8 +14,9 @@ from shards_data import id_samples, tar_bytes, write_tar_shards
 
 import loaderfactory
 from loaderfactory.errors import ConfigError
-from loaderfactory.shards import ShardChangedError, ShardError, ShardsDataset, Storage, found_shards
-from loaderfactory.shards.index_cache import cached_index_path
+from loaderfactory.shards import ShardChangedError, ShardError, ShardsDataset, Storage
+from loaderfactory.shards.index import found_shards
+from loaderfactory.shards.index.cached import cached_index_path
 
 
 def _put(s3: S3Server, prefix: str, counts: Sequence[int], first_number: int = 0, first_id: int = 0) -> None:
@@ -136,7 +137,7 @@ def test_a_damaged_cached_index_is_built_again(
     saved = next(cache_dir.glob("index-*.json"))
     saved.write_text("{not json")
     indexed.clear()
-    with caplog.at_level(logging.WARNING, logger="loaderfactory.shards.index_cache"):
+    with caplog.at_level(logging.WARNING, logger="loaderfactory.shards.index.cached"):
         ids, source = _epoch_ids(s3, "index-cache/damaged", cache_dir)
     assert Counter(ids) == Counter(range(4)) and source == "built" and len(indexed) == 2
     assert any("ignoring the cached index" in record.getMessage() for record in caplog.records)

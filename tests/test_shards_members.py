@@ -1,5 +1,6 @@
-"""The member table ``pack`` keeps beside each local tar shard (:mod:`loaderfactory.shards.tar_members`):
-what a scan finds, used to open the shard, and never used where it no longer describes the shard."""
+"""The member table ``pack`` keeps beside each local tar shard
+(:mod:`loaderfactory.shards.formats.tar.members`): what a scan finds, used to open the shard, and
+never used where it no longer describes the shard."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ import torch
 from packed_items import assert_same, expected_item
 
 import loaderfactory
-from loaderfactory.shards import ShardsDataset, Storage, pack, tar_format
-from loaderfactory.shards.tar_format import scan_tar
-from loaderfactory.shards.tar_members import kept_members, members_url
+from loaderfactory.shards import ShardsDataset, Storage, pack
+from loaderfactory.shards.formats.tar import shard as tar_format
+from loaderfactory.shards.formats.tar.members import kept_members, members_url
+from loaderfactory.shards.formats.tar.shard import scan_tar
 
 COUNT = 60
 

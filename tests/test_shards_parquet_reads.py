@@ -11,7 +11,9 @@ import pytest
 from torch.utils.data import Dataset
 
 from loaderfactory import build_loader
-from loaderfactory.shards import ShardsDataset, pack, pack_writers, row_groups_held
+from loaderfactory.shards import ShardsDataset, pack
+from loaderfactory.shards.formats import row_groups_held
+from loaderfactory.shards.write import writers as pack_writers
 
 ITEMS = 240
 ITEM_BYTES = 4096

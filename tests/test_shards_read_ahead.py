@@ -18,11 +18,11 @@ from shards_data import npy_bytes, tar_bytes
 
 import loaderfactory
 from loaderfactory.shards import ShardsDataset, Storage, build_index, index_url, save_index
-from loaderfactory.shards import read_ahead as read_ahead_module
 from loaderfactory.shards.errors import ShardNotFoundError
-from loaderfactory.shards.next_shard import NextShard
-from loaderfactory.shards.read_ahead import PIECE, ReadAhead
-from loaderfactory.shards.tar_format import TarShard
+from loaderfactory.shards.formats.tar.shard import TarShard
+from loaderfactory.shards.read import read_ahead as read_ahead_module
+from loaderfactory.shards.read.next_shard import NextShard
+from loaderfactory.shards.read.read_ahead import PIECE, ReadAhead
 
 pytestmark = pytest.mark.skipif(
     not sys.platform.startswith("linux"), reason="page cache checks use mincore (Linux)"
@@ -213,7 +213,7 @@ def test_a_shard_gone_after_indexing_fails_its_read_not_the_read_ahead(
     urls = _write_shards(tmp_path / "data")
     dataset = ShardsDataset(urls)
     os.remove(urls[1])
-    with caplog.at_level(logging.DEBUG, logger="loaderfactory.shards.read_ahead"):
+    with caplog.at_level(logging.DEBUG, logger="loaderfactory.shards.read.read_ahead"):
         assert int(dataset[0]["cls"]) == 0
         assert dataset.reader().ahead.read_ahead is not None
         dataset.reader().ahead.read_ahead.wait()

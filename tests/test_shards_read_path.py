@@ -13,13 +13,13 @@ import torch
 from shards_data import npy_bytes
 
 from loaderfactory.shards import Storage
-from loaderfactory.shards.decode import decode_field
-from loaderfactory.shards.npy import npy_array
-from loaderfactory.shards.tar_blocks import header_blocks
-from loaderfactory.shards.tar_format import TarShard, _scan_by_the_rules, scan_tar, split_member_name
-from loaderfactory.shards.tar_headers import walk_canonical, walk_dense, walk_headers
-from loaderfactory.shards.tar_samples import group_members
-from loaderfactory.shards.tar_table import TarTable
+from loaderfactory.shards.formats.decode import decode_field
+from loaderfactory.shards.formats.npy import npy_array
+from loaderfactory.shards.formats.tar.blocks import header_blocks
+from loaderfactory.shards.formats.tar.headers import walk_canonical, walk_dense, walk_headers
+from loaderfactory.shards.formats.tar.samples import group_members
+from loaderfactory.shards.formats.tar.shard import TarShard, _scan_by_the_rules, scan_tar, split_member_name
+from loaderfactory.shards.formats.tar.table import TarTable
 
 
 def _tar(members: list[tuple[str, bytes | None]], tar_format: int) -> bytes:

@@ -16,7 +16,7 @@ from s3_server import S3Server
 from shards_data import id_samples, sample_bytes, tar_bytes, write_indexed_tar_shards, write_tar_shards
 
 from loaderfactory.shards import ShardInfo, Storage, build_index, save_index
-from loaderfactory.shards.index import INDEX_NAME
+from loaderfactory.shards.index.shard_index import INDEX_NAME
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 

@@ -16,7 +16,7 @@ from shards_data import write_tar_shards
 
 import loaderfactory
 from loaderfactory.shards import ShardsDataset
-from loaderfactory.shards.reader import ShardReader
+from loaderfactory.shards.read.reader import ShardReader
 
 COUNTS = [6, 9, 4, 7, 5, 8, 6, 5]
 """50 samples in 8 uneven shards; a sample's ``cls`` is its global index."""

@@ -1,4 +1,4 @@
-"""A shuffled batch of local tar samples (:mod:`loaderfactory.shards.scatter_read`): exactly what
+"""A shuffled batch of local tar samples (:mod:`loaderfactory.shards.read.scatter`): exactly what
 ``dataset[i]`` gives, each id once an epoch, and shards whose samples differ read as before."""
 
 from __future__ import annotations
@@ -14,8 +14,10 @@ from shards_data import id_samples, npy_bytes, tar_bytes, write_tar_shards
 
 import loaderfactory
 from loaderfactory.components.data.stacked import StackedItems
-from loaderfactory.shards import ShardsDataset, pack, scatter_read, tar_stacked
-from loaderfactory.shards.scatter_read import read_scattered
+from loaderfactory.shards import ShardsDataset, pack
+from loaderfactory.shards.formats.tar import stacked as tar_stacked
+from loaderfactory.shards.read import scatter as scatter_read
+from loaderfactory.shards.read.scatter import read_scattered
 
 COUNTS = [5, 3, 7, 1, 6]
 

@@ -10,9 +10,10 @@ from typing import Any
 import pytest
 from s3_server import S3Server
 
-from loaderfactory.shards import Storage, StorageError, signed_get
-from loaderfactory.shards import storage as storage_module
-from loaderfactory.shards.remote_fs import s3_options
+from loaderfactory.shards import Storage, StorageError
+from loaderfactory.shards.storage import signed_get
+from loaderfactory.shards.storage import store as storage_module
+from loaderfactory.shards.storage.remote_fs import s3_options
 
 
 def _roundtrip(storage: Storage, folder: str) -> None:

@@ -12,10 +12,10 @@ import numpy as np
 import pytest
 
 from loaderfactory.shards import Storage
-from loaderfactory.shards.tar_blocks import header_blocks
-from loaderfactory.shards.tar_format import scan_tar
-from loaderfactory.shards.tar_headers import canonical_blocks
-from loaderfactory.shards.tar_strided import strided_blocks
+from loaderfactory.shards.formats.tar.blocks import header_blocks
+from loaderfactory.shards.formats.tar.headers import canonical_blocks
+from loaderfactory.shards.formats.tar.shard import scan_tar
+from loaderfactory.shards.formats.tar.strided import strided_blocks
 
 
 def _tar(sizes: list[int], fields: tuple[str, ...] = ("npy", "cls")) -> bytes:

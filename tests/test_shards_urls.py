@@ -26,7 +26,7 @@ from loaderfactory.shards import (
     expand_urls,
     save_index,
 )
-from loaderfactory.shards.urls import listed_by
+from loaderfactory.shards.storage.urls import listed_by
 
 
 @given(first=st.integers(0, 500), count=st.integers(1, 40), width=st.integers(1, 6))

@@ -18,8 +18,8 @@ from loaderfactory.shards import (
     save_index,
 )
 from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardError, StorageError
-from loaderfactory.shards.index import read_index
-from loaderfactory.shards.item_layout import ItemLayout
+from loaderfactory.shards.formats.item_layout import ItemLayout
+from loaderfactory.shards.index.shard_index import read_index
 
 
 def build_shards(spec: ShardsDatasetSpec, upstream: None, context: BuildContext) -> ShardsDataset:

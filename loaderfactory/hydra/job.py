@@ -132,8 +132,8 @@ def pack_job(spec: LoaderSpec, say: Callable[[str], None]) -> dict[str, Any]:
     """
     from loaderfactory.errors import ArgumentError
     from loaderfactory.factory import build_dataset
-    from loaderfactory.shards.pack import pack
-    from loaderfactory.shards.pack_encode import PackError
+    from loaderfactory.shards.write.encode import PackError
+    from loaderfactory.shards.write.pack import pack
 
     options = spec.pack
     if options.out is None:  # the spec refuses this in pack mode; here for a spec built otherwise

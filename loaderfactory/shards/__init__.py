@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.dataset import ShardsDataset
 from loaderfactory.shards.errors import (
     CacheError,
@@ -12,7 +11,7 @@ from loaderfactory.shards.errors import (
     ShardNotFoundError,
     StorageError,
 )
-from loaderfactory.shards.index import (
+from loaderfactory.shards.index.shard_index import (
     INDEX_FORMAT,
     INDEX_NAME,
     ShardInfo,
@@ -22,10 +21,11 @@ from loaderfactory.shards.index import (
     load_index,
     save_index,
 )
-from loaderfactory.shards.pack import PackResult, pack
-from loaderfactory.shards.pack_encode import PackError
-from loaderfactory.shards.storage import Storage
-from loaderfactory.shards.urls import expand_braces, expand_urls
+from loaderfactory.shards.storage.cache import ShardCache
+from loaderfactory.shards.storage.store import Storage
+from loaderfactory.shards.storage.urls import expand_braces, expand_urls
+from loaderfactory.shards.write.encode import PackError
+from loaderfactory.shards.write.pack import PackResult, pack
 
 __all__ = [
     "INDEX_FORMAT",

@@ -13,23 +13,21 @@ from typing import Any
 from torch.utils.data import Dataset, get_worker_info
 
 from loaderfactory.components.epoch_announce import EpochTag, announced
-from loaderfactory.shards.broadcast import on_rank_zero
-from loaderfactory.shards.cache import ShardCache
 from loaderfactory.shards.dataset_settings import (
     check_arguments,
     check_cache_limit,
     private_cache_limit,
     read_ahead_setting,
 )
-from loaderfactory.shards.decode import Decode, decoding
-from loaderfactory.shards.found_shards import find_shards
-from loaderfactory.shards.index import ShardInfo
-from loaderfactory.shards.index_cache import forget
-from loaderfactory.shards.item_layout import SampleShape
+from loaderfactory.shards.formats.decode import Decode, decoding
+from loaderfactory.shards.formats.item_layout import SampleShape
+from loaderfactory.shards.index.broadcast import on_rank_zero
+from loaderfactory.shards.index.cached import forget
+from loaderfactory.shards.index.found_shards import find_shards
+from loaderfactory.shards.index.shard_index import ShardInfo
 from loaderfactory.shards.order import window_order
-from loaderfactory.shards.private_folder import PrivateFolder
-from loaderfactory.shards.reader import ShardReader
-from loaderfactory.shards.sample_transforms import SampleTransforms
+from loaderfactory.shards.read.reader import ShardReader
+from loaderfactory.shards.read.transforms import SampleTransforms
 from loaderfactory.shards.shuffle_window import (
     DEFAULT_OPEN_SHARDS,
     DEFAULT_SHUFFLE_MEMORY,
@@ -38,7 +36,9 @@ from loaderfactory.shards.shuffle_window import (
     window_problem,
 )
 from loaderfactory.shards.stats import ShardStats, summarise
-from loaderfactory.shards.storage import Storage, is_remote
+from loaderfactory.shards.storage.cache import ShardCache
+from loaderfactory.shards.storage.private_folder import PrivateFolder
+from loaderfactory.shards.storage.store import Storage, is_remote
 
 
 class ShardsDataset(Dataset[dict[str, Any]]):
@@ -48,16 +48,16 @@ class ShardsDataset(Dataset[dict[str, Any]]):
     on first use (tar headers or the Parquet footer only) and kept among the ``open_shards`` most
     recently used. Shards written by ``pack`` give back each item as it was packed (a dict with its
     keys, a tuple, a list or the single value; numpy arrays come back as tensors), their index
-    recording how (:mod:`.item_layout`); other shards, or ``fields="raw"``, give the webdataset
+    recording how (:mod:`.formats.item_layout`); other shards, or ``fields="raw"``, give the webdataset
     sample: a dict of its decoded fields by stored name (``image.npy``) plus ``__key__`` and
-    ``__url__``. Each process reads through a :class:`~loaderfactory.shards.reader.ShardReader` of
+    ``__url__``. Each process reads through a :class:`~loaderfactory.shards.read.reader.ShardReader` of
     its own (:meth:`reader`: the open shards and background reads); a pickle carries none. Under
     an initialised ``torch.distributed`` group only rank 0 lists the shards and reads (or builds)
     the index, and broadcasts them to the other ranks.
 
     Args:
         urls: a list, a brace pattern, a folder or prefix ending in ``/``, or a local glob
-            (see :func:`loaderfactory.shards.urls.expand_urls`).
+            (see :func:`loaderfactory.shards.storage.urls.expand_urls`).
         index: the index's URL, or its entries; None: ``loaderfactory-shards.json`` beside the shards,
             else the shards are indexed now (each read once; logged).
         keys: what every sample must have: the item's keys (dict items of packed shards), else
@@ -68,14 +68,14 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             always have them); refused (ArgumentError) for tuple, list and single-value items.
         decode: True (every known extension), False (bytes), or the extensions to decode.
         image_size: decoded images come out this size: ``224`` (square) or ``(height, width)``;
-            JPEGs decode scaled down by libjpeg first (:mod:`.media`). None: as stored.
+            JPEGs decode scaled down by libjpeg first (:mod:`.formats.media`). None: as stored.
         image_mode: decoded images in this mode: ``"RGB"`` (3 channels), ``"L"`` (1), ``"RGBA"``
             (4); None: as stored.
         storage_options: settings for remote storage (``endpoint_url``, ``key``, ``secret``, ...).
         retries: retries of a failing remote read, with backoff.
         open_shards: how many shards stay open (open Parquet shards keep the row groups they read,
             up to 256 MiB a process for all of them:
-            :data:`~loaderfactory.shards.row_groups_held.ROW_GROUPS_HELD_BYTES`); None: the
+            :data:`~loaderfactory.shards.formats.row_groups_held.ROW_GROUPS_HELD_BYTES`); None: the
             window, at least 4. A shuffled epoch needs at least the window.
         shuffle_window: shards whose samples a shuffled epoch mixes at a time (:meth:`epoch_order`);
             ``"auto"``: as many of the largest shard as fit in ``shuffle_memory``, 1 to 64
@@ -88,25 +88,25 @@ class ShardsDataset(Dataset[dict[str, Any]]):
             safely by the ranks and workers of a machine, kept after the run). None: a private
             temporary folder created now (shared by the workers this process starts later, removed
             by :meth:`close`, when the dataset is collected, or at exit; see
-            :mod:`~loaderfactory.shards.private_folder`). Local shards are always read in place.
+            :mod:`~loaderfactory.shards.storage.private_folder`). Local shards are always read in place.
             See :class:`ShardCache`. Remote shards with no index beside them have the index built
-            here kept in ``cache_dir`` for the next start (:mod:`.index_cache`).
+            here kept in ``cache_dir`` for the next start (:mod:`loaderfactory.shards.index.cached`).
         cache_limit: the most bytes of shards the cache keeps (least recently used evicted first,
             never a shard open anywhere on the machine); None: no bound with ``cache_dir``, and
             for the private folder what open shards and predownload need
             (:meth:`default_cache_limit`).
         predownload: how many samples ahead to fetch the shards of, on background threads (the
-            rule is in :mod:`loaderfactory.shards.predownload`).
+            rule is in :mod:`loaderfactory.shards.read.predownload`).
         fetch: ``"whole"``: a remote shard is fetched whole into the cache once per process tree
             (once per machine with a shared ``cache_dir``) and read locally by every worker.
             ``"range"``: each read is a byte-range request and nothing is cached (every worker walks
             the tar headers itself); only for sparse reads of shards too large to fetch.
         local_read_ahead: read each local shard opened into the OS page cache on a background thread,
-            and the next one when shards are read in stored order (:mod:`.read_ahead`); off where
+            and the next one when shards are read in stored order (:mod:`.read.read_ahead`); off where
             the job's ranks span machines.
         progress: show a progress bar on stderr while indexing shards that have no index.
         transforms: applied to each sample after it is read, where it is read: ``f(item, generator)``
-            or ``f(item)``, or a list of them in order (:mod:`.sample_transforms`).
+            or ``f(item)``, or a list of them in order (:mod:`loaderfactory.shards.read.transforms`).
         seed: seeds the transforms' draws, with the epoch and the index; None: the shuffle's seed.
 
     Attributes:
@@ -114,7 +114,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         shuffle_window_setting: the ``shuffle_window`` argument as given (``"auto"`` or a count).
         cache_is_private: True when remote shards go to the private temporary folder (no ``cache_dir``).
         index_source: where the index came from: its URL, ``"given"``, the index kept in
-            ``cache_dir`` (:mod:`.index_cache`), or ``"built"`` (no index beside the shards: each
+            ``cache_dir`` (:mod:`.index.cached`), or ``"built"`` (no index beside the shards: each
             was read once to count its samples).
         epoch_tag: the epoch being read: ``(seed, epoch, shuffled)``, set by :meth:`epoch_order` and
             :meth:`set_epoch`; in a DataLoader worker, by the epoch its batches announce
@@ -310,7 +310,7 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return self._reading().read_sample(index)
 
     def __getitems__(self, indices: Sequence[int]) -> list[Any]:
-        """``[self[i] for i in indices]``: a shard's runs read at once (:mod:`.batch_read`), transformed."""
+        """``[self[i] for i in indices]``: a shard's runs read at once (:mod:`.read.batch`), transformed."""
         samples = self._reading().read_batch(indices)
         return samples if self.transforms is None else self.transforms.apply(samples, indices, len(self))
 

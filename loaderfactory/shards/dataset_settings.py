@@ -6,13 +6,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from loaderfactory.shards.cache import ShardCache
-from loaderfactory.shards.index import ShardInfo
-from loaderfactory.shards.predownload import THREADS
-from loaderfactory.shards.read_ahead import job_spans_machines
-from loaderfactory.shards.read_ahead import supported as read_ahead_supported
+from loaderfactory.shards.index.shard_index import ShardInfo
+from loaderfactory.shards.read.predownload import THREADS
+from loaderfactory.shards.read.read_ahead import job_spans_machines
+from loaderfactory.shards.read.read_ahead import supported as read_ahead_supported
 from loaderfactory.shards.shuffle_window import resolve_window
-from loaderfactory.shards.storage import is_remote
+from loaderfactory.shards.storage.cache import ShardCache
+from loaderfactory.shards.storage.store import is_remote
 
 log = logging.getLogger(__name__)
 

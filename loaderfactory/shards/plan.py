@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import Any
 
 from loaderfactory.components.order import BALANCE, Balance, rank_count
-from loaderfactory.shards.cache import human_bytes
 from loaderfactory.shards.dataset import ShardsDataset
 from loaderfactory.shards.shuffle_window import (
     few_shards_per_batch,
@@ -19,7 +18,8 @@ from loaderfactory.shards.shuffle_window import (
     window_bytes,
     window_for,
 )
-from loaderfactory.shards.storage import is_remote
+from loaderfactory.shards.storage.cache import human_bytes
+from loaderfactory.shards.storage.store import is_remote
 
 
 def mean_sample_bytes(dataset: ShardsDataset) -> int | None:

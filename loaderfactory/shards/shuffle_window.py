@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from loaderfactory.shards.cache import human_bytes
+from loaderfactory.shards.storage.cache import human_bytes
 
 AUTO = "auto"
 DEFAULT_SHUFFLE_MEMORY = 4 * 2**30

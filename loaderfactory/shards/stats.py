@@ -55,7 +55,7 @@ os.register_at_fork(after_in_child=_forked)
 
 
 class NoStats:
-    """Counts nothing: the counters of a :class:`~loaderfactory.shards.storage.Storage` that no
+    """Counts nothing: the counters of a :class:`~loaderfactory.shards.storage.store.Storage` that no
     dataset reads through (indexing, packing)."""
 
     def add(self, counter: str, amount: int = 1) -> None:

@@ -1,0 +1,3 @@
+"""``pack``: any dataset written as tar or Parquet shards with their index, locally or to object
+storage.
+"""
