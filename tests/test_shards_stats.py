@@ -136,4 +136,7 @@ def test_the_run_report_finds_the_shards_behind_any_kind(tmp_path: Path, wrapper
     report = run_job(validate(config), tmp_path, lambda text: None)
     assert report["shards"]["shards_opened"] >= 1
     assert report["shards"]["bytes_read_local"] > 0
-    assert report["shards"]["processes"] == (1 if wrapper == "stream" else 3)
+    if wrapper == "stream":
+        assert report["shards"]["processes"] == 1
+    else:  # the main process and the workers that read before the run's 5 batches were taken
+        assert report["shards"]["processes"] in (2, 3)
