@@ -45,6 +45,7 @@ from typing import Any, Protocol
 
 from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChangedError, StorageError
 from loaderfactory.shards.storage.cache_files import HeldShard, evict, lock_path, locked, touch
+from loaderfactory.shards.storage.fork_safe import ForkSafeLock
 from loaderfactory.shards.storage.object_version import same_version
 from loaderfactory.shards.storage.remote_errors import short_answer
 from loaderfactory.shards.storage.staged_file import staged_file
@@ -110,7 +111,7 @@ class ShardCache:
         self._expected: dict[str, tuple[int, str]] = {}
         self._asked: dict[str, tuple[int, str]] = {}  # the store's answers, for shards indexed untagged
         self._unchecked: set[str] = set()  # shards whose copies are reused only once the store agrees
-        self._counts = threading.Lock()
+        self._counts = ForkSafeLock()
         self._check_writable()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -120,7 +121,7 @@ class ShardCache:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._counts = threading.Lock()
+        self._counts = ForkSafeLock()
 
     def _check_writable(self) -> None:
         try:

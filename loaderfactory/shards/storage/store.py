@@ -27,6 +27,7 @@ from loaderfactory.shards.errors import StorageError, changed_during_fetch
 from loaderfactory.shards.stats import NoStats
 from loaderfactory.shards.storage import cancel as cancelling
 from loaderfactory.shards.storage import http_range, signed_get
+from loaderfactory.shards.storage.fork_safe import ForkSafeLock
 from loaderfactory.shards.storage.object_version import version_of
 from loaderfactory.shards.storage.remote_errors import gave_up, missing, short_answer, transient
 from loaderfactory.shards.storage.remote_fs import open_filesystem, s3_options
@@ -92,7 +93,7 @@ class Storage:
         self._signed_gets = signed_get.plain_s3_settings(s3_options(self.storage_options))
         """Whether S3 fetches go by signed GETs: the settings allow it, and no store refused one."""
         self._filesystems: dict[str, Any] = {}
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
         self._pid = os.getpid()
         self._ignoring_hosts: set[str] = set()
         """Hosts found answering ranged GETs with whole objects (said once, in the log)."""
@@ -104,7 +105,7 @@ class Storage:
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._lock = threading.Lock()
+        self._lock = ForkSafeLock()
 
     def list(self, url: str) -> list[str]:
         """The URLs of every object under the folder or prefix ``url``, sorted."""
