@@ -1,4 +1,5 @@
-"""Specs of the built-in datasets and of user datasets named by ``_target_``."""
+"""Specs of the built-in datasets, and (from :mod:`~loaderfactory.config.specs.target`) of user
+datasets named by ``_target_``."""
 
 from __future__ import annotations
 
@@ -10,7 +11,9 @@ from pydantic import Field, field_validator, model_validator
 from loaderfactory.config.specs.base import Count, Milliseconds, Seed, Spec, broken_rules
 from loaderfactory.config.specs.kinds import DatasetKindSpec
 from loaderfactory.config.specs.refs import TransformRef
-from loaderfactory.config.specs.target import TargetSpec
+
+# Re-exported: it lives with the other _target_ specs, where refs.py (imported here) finds it.
+from loaderfactory.config.specs.target import TargetDatasetSpec as TargetDatasetSpec
 
 DType = Literal[
     "bool", "uint8", "int8", "int16", "int32", "int64", "float16", "bfloat16", "float32", "float64"
@@ -120,9 +123,3 @@ class TensorFolderSpec(DatasetKindSpec):
                 f"{pattern!r} selects {suffix} files"
             )
         return pattern
-
-
-# Not a DatasetKindSpec: it knows neither length nor keys (the hooks' defaults), and a second base
-# would merge its model_config into TargetSpec's, which lets the target's own arguments through.
-class TargetDatasetSpec(TargetSpec):
-    """Any dataset class, the Hydra way: ``_target_: my.module.MyDataset`` plus its arguments."""

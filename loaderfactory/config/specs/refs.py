@@ -13,7 +13,14 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from loaderfactory.config import registry
 from loaderfactory.config.specs.base import RULE, Spec
-from loaderfactory.config.specs.target import TargetCollateSpec, TargetTransformSpec
+from loaderfactory.config.specs.target import TargetCollateSpec, TargetDatasetSpec, TargetTransformSpec
+
+_TARGET_SPECS: dict[registry.Table, type[Spec]] = {
+    "dataset": TargetDatasetSpec,
+    "collate": TargetCollateSpec,
+    "transform": TargetTransformSpec,
+}
+"""The tables whose entries may name a class or function by ``_target_``, and the spec of such an entry."""
 
 
 def _fail(title: str, loc: tuple[str | int, ...], kind: str, message: str, value: Any) -> ValidationError:
@@ -24,11 +31,7 @@ def _fail(title: str, loc: tuple[str | int, ...], kind: str, message: str, value
 
 def _target_spec(table: registry.Table) -> type[Spec] | None:
     """The spec of a ``_target_`` node in ``table``, where the table takes one."""
-    if table == "dataset":
-        from loaderfactory.config.specs.dataset import TargetDatasetSpec
-
-        return TargetDatasetSpec
-    return {"collate": TargetCollateSpec, "transform": TargetTransformSpec}.get(table)
+    return _TARGET_SPECS.get(table)
 
 
 def spec_class_for(table: registry.Table, value: dict[str, Any], root: str = "") -> type[Spec]:

@@ -119,6 +119,12 @@ def _why(module_name: str, err: ImportError) -> str:
     return text
 
 
+# Not a DatasetKindSpec: it knows neither length nor keys (the hooks' defaults), and a second base
+# would merge its model_config into TargetSpec's, which lets the target's own arguments through.
+class TargetDatasetSpec(TargetSpec):
+    """Any dataset class, the Hydra way: ``_target_: my.module.MyDataset`` plus its arguments."""
+
+
 class TargetCollateSpec(TargetSpec):
     """A collate function of yours: ``{_target_: my.module.collate, _partial_: true}`` for a function."""
 
