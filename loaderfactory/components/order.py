@@ -5,8 +5,9 @@ order from here, so the same ``seed`` gives the same order in every kind, and ev
 function of its arguments: the same on every rank, in every process, after every restart.
 
 * :func:`epoch_order` is the epoch's **global sequence**: ``range(length)``, a permutation seeded
-  by ``(seed, epoch)``, or the dataset's own order (:class:`OrderedDataset`) when it offers one,
-  itself or through the dataset it wraps (:mod:`~loaderfactory.components.order_forwarding`).
+  by ``(seed, epoch)`` (:func:`permutation`), or the dataset's own order (:class:`OrderedDataset`)
+  when it offers one, itself or through the dataset it wraps
+  (:mod:`~loaderfactory.components.order_forwarding`).
 * The sequence is consumed in **steps**: with ``world_size`` ranks each taking ``per_rank`` indices
   a step, step ``k`` consumes the contiguous block ``[k * world_size * per_rank, (k + 1) * ...)``,
   and rank ``r`` takes every ``world_size``-th index of it, starting at ``r`` (:func:`rank_part`).
@@ -26,10 +27,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
 
-import numpy as np
-
 from loaderfactory.components.epoch_announce import EpochTag
 from loaderfactory.components.order_forwarding import order_of, order_source
+from loaderfactory.components.order_permutation import permutation as permutation
 
 Balance = Literal["pad", "drop", "uneven"]
 BALANCE: tuple[Balance, ...] = ("pad", "drop", "uneven")
@@ -46,12 +46,6 @@ class OrderedDataset(Protocol):
     def __len__(self) -> int: ...
 
     def epoch_order(self, seed: int, epoch: int) -> Sequence[int]: ...
-
-
-def permutation(length: int, seed: int, epoch: int) -> list[int]:
-    """A uniform permutation of ``range(length)`` that depends only on ``(seed, epoch)``."""
-    rng = np.random.default_rng([seed % 2**64, epoch])
-    return rng.permutation(length).tolist()  # type: ignore[no-any-return]  # list of int
 
 
 def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any = None) -> list[int]:

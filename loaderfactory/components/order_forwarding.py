@@ -23,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from loaderfactory.components.order_permutation import permutation
+
 Order = Callable[[int, int], Sequence[int]]
 """``(seed, epoch)`` → a permutation of the dataset's indices."""
 
@@ -42,8 +44,6 @@ class ForwardEpochOrder:
         inner = order_of(self.dataset)
         if inner is not None:
             return inner(seed, epoch)
-        from loaderfactory.components.order import permutation  # order.py imports this module
-
         return permutation(len(self.dataset), seed, epoch)
 
 
