@@ -164,7 +164,7 @@ class ShardedDataLoader:
     def __iter__(self) -> Iterator[Any]:
         self._close_pass()
         plan = self._position.next_plan(self.planner)
-        current = Pass(self, plan, 0, self._take_pool())
+        current = Pass(self, plan, 0, self._take_pool(), pin=self._pin)
         self._pass = weakref.ref(current)
         return current
 

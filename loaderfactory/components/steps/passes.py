@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from loaderfactory.components.steps.sampling import EpochPlan, Step
 from loaderfactory.components.workers.lifecycle import stopping_together
@@ -17,10 +17,27 @@ from loaderfactory.components.workers.processes import ProcessWorkers
 from loaderfactory.components.workers.threads import ThreadWorkers
 from loaderfactory.components.workers.torch_internals import pin_memory
 
-if TYPE_CHECKING:
-    from loaderfactory.components.steps.loader import ShardedDataLoader
-
 Pool = ThreadWorkers[Step, Any] | ProcessWorkers[Step, Any]
+
+
+class PassOwner(Protocol):
+    """What a pass asks of the loader that started it (a ``ShardedDataLoader``) and tells it."""
+
+    @property
+    def load(self) -> Callable[[Step], Any]:
+        """Loads one step in this thread, when the pass has no pool."""
+        ...
+
+    @property
+    def persistent_workers(self) -> bool:
+        """Keep the pool after a complete pass."""
+        ...
+
+    def _delivered(self, plan: EpochPlan, position: int) -> None:
+        """The pass has handed out the batches of ``plan``'s steps before ``position``."""
+
+    def _finished(self, plan: EpochPlan) -> None:
+        """The pass handed out every batch of ``plan``."""
 
 
 class LoadStep:
@@ -52,10 +69,13 @@ class Pass:
     """The batches of ``plan`` from step ``start`` on, in order, loaded by ``pool`` (or in this thread).
 
     An abandoned pass (early ``break``, ``close()``, garbage collection) stops its workers; a
-    complete one stops them too unless the loader keeps persistent workers.
+    complete one stops them too unless the loader keeps persistent workers. ``pin``: pin the
+    batches' memory (process workers pin on torch's pin-memory thread instead).
     """
 
-    def __init__(self, owner: ShardedDataLoader, plan: EpochPlan, start: int, pool: Pool | None) -> None:
+    def __init__(
+        self, owner: PassOwner, plan: EpochPlan, start: int, pool: Pool | None, *, pin: bool
+    ) -> None:
         self.owner = owner
         self.plan = plan
         self.pool = pool
@@ -65,7 +85,7 @@ class Pass:
         steps = plan.steps[start:]
         self._batches: Iterator[Any] = map(owner.load, steps) if pool is None else pool.run(steps)
         # Process workers pin on torch's pin-memory thread; batches loaded here are pinned here.
-        self._pin = owner._pin and not isinstance(pool, ProcessWorkers)
+        self._pin = pin and not isinstance(pool, ProcessWorkers)
         self._finalizer = weakref.finalize(self, pool.close) if pool is not None else None
 
     def __iter__(self) -> Pass:
