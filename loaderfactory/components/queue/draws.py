@@ -16,14 +16,13 @@ from __future__ import annotations
 import heapq
 import itertools
 import random
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from loaderfactory.components.queue.store import Entry
+from loaderfactory.components.queue.entry import Entry
 
-Box = list["Entry | None"]
+Box = list[Entry | None]
 """The one-element holder of an entry in the heap: emptied when the entry leaves the store, so an
 evicted item's memory is freed at once even though its heap node is dropped lazily."""
 Node = tuple[int, float, int, Box]

@@ -14,7 +14,8 @@ from typing import Any, Literal
 
 from loaderfactory.components.data.batch_utils import batch_nbytes
 from loaderfactory.components.order import epoch_order
-from loaderfactory.components.queue.store import Entry, QueueStore, StoreClosed
+from loaderfactory.components.queue.entry import Entry
+from loaderfactory.components.queue.store import QueueStore, StoreClosed
 from loaderfactory.components.workers.info import worker_seed
 from loaderfactory.components.workers.lifecycle import finish_threads, stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers

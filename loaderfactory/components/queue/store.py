@@ -12,10 +12,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from loaderfactory.components.queue.draws import LeastDrawn
+from loaderfactory.components.queue.entry import Entry
 from loaderfactory.errors import LimitError, StallError
 
 Mode = Literal["onsample", "always"]
@@ -23,19 +23,6 @@ Mode = Literal["onsample", "always"]
 
 class StoreClosed(Exception):
     """Raised in the filler by :meth:`QueueStore.put` once the queue is closed."""
-
-
-@dataclass
-class Entry:
-    """One loaded item and what the queue knows about it."""
-
-    item: Any
-    index: int
-    nbytes: int
-    born: float
-    """``time.monotonic()`` when it entered the queue."""
-    held: bool = False
-    """Whether it is in the queue now (set by :class:`LeastDrawn`)."""
 
 
 def megabytes(nbytes: float) -> str:

@@ -8,7 +8,8 @@ from typing import Any
 
 import numpy as np
 
-from loaderfactory.components.queue.store import Entry, QueueStore
+from loaderfactory.components.queue.entry import Entry
+from loaderfactory.components.queue.store import QueueStore
 from loaderfactory.components.state import StateFieldError, require_int, require_int_list, require_keys
 
 MAX_SAMPLES = 1_000_000
