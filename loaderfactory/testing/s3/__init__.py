@@ -7,7 +7,8 @@ answers, creates a bucket and yields where to reach it; on exit it kills the ser
 ``weed`` also dies with the process that started it (the kernel's parent-death signal), so a parent
 killed outright leaves no server behind. With a ``folder`` the objects stay there across restarts,
 on the same ports where they are free. ``python -m loaderfactory.testing.s3`` is
-``loaderfactory s3-server`` (:mod:`loaderfactory.testing.s3_command`).
+``loaderfactory s3-server`` (:mod:`loaderfactory.testing.s3_command`, run by this package's
+``__main__``, so the command and this module import one way only).
 """
 
 from __future__ import annotations
@@ -281,9 +282,3 @@ def _stop(process: subprocess.Popen[bytes], ports: dict[str, int]) -> None:
         if flag.endswith(".grpc"):
             service = flag.split(".")[0]
             Path(f"/tmp/seaweedfs-{service}-grpc-{port}.sock").unlink(missing_ok=True)
-
-
-if __name__ == "__main__":
-    from loaderfactory.testing.s3_command import main
-
-    raise SystemExit(main(sys.argv[1:]))
