@@ -1,7 +1,8 @@
 """The one order across real gloo process groups: no seed, rank 0's state on every rank, elastic resume.
 
-The tests share three torchrun runs of ``tests/ddp_scenarios.py``, for the ``torch`` and ``sharded`` kinds
-(103 items, batches of 4, ``balance: uneven`` so that every count is exact) and counts sample ids.
+The tests share three torchrun runs of ``tests/support/ddp_scenarios.py``, for the ``torch`` and
+``sharded`` kinds (103 items, batches of 4, ``balance: uneven`` so that every count is exact) and
+counts sample ids.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 LENGTH = 103
 KINDS = ("torch", "sharded")
 
@@ -31,7 +32,7 @@ def _run(scenarios: str, world_size: int, out: Path, *args: str) -> Records:
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
-        str(ROOT / "tests" / "ddp_scenarios.py"), scenarios, str(out), *args,
+        str(ROOT / "tests/support/ddp_scenarios.py"), scenarios, str(out), *args,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -29,7 +29,7 @@ from typing import Any
 import psutil
 import pytest
 import torch
-from process_checks import alive
+from process_checks import alive, allowance
 
 from loaderfactory import (
     Loader,
@@ -60,16 +60,6 @@ EXIT_BOUND_S = 2.5
 machine gets half the child's own start-up time on top."""
 DETECT_BOUND_S = 1.0
 """A killed worker is reported within 1 s (torch's own status check runs every 5 s)."""
-
-
-def allowance(startup_s: float) -> float:
-    """Room for a loaded machine on top of a bound: twice what starting the component took in the same test.
-
-    Idle, starting takes tens of milliseconds and the bounds stay the README's; on a busy shared
-    machine starting and stopping slow down alike, so a bound still tells waiting out a grace or a
-    stuck producer (60 s) from a slow scheduler.
-    """
-    return 2 * startup_s
 
 
 class Injected(Exception):
@@ -435,10 +425,12 @@ def collected_without_close(component: Component, release: threading.Event) -> N
     assert time.monotonic() - started < CLOSE_BOUND_S + allowance(startup)
 
 
+CHILD_PATH = [str(Path(__file__).parent), str(Path(__file__).parents[1] / "support")]
+"""What a child interpreter puts first on ``sys.path`` to import this module and the helpers it imports."""
 SIGINT_CHILD = """
 import json, signal, sys, threading
 signal.signal(signal.SIGINT, signal.default_int_handler)  # even if started with Ctrl-C ignored
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {path!r}
 import psutil
 from test_fault_injection import COMPONENTS, Faulty, K
 component = next(c for c in COMPONENTS if c.name == {name!r})
@@ -453,7 +445,7 @@ for batch in iterator:
 
 def ctrl_c(component: Component, release: threading.Event) -> None:
     """Ctrl-C to a script whose loop waits on a stuck producer: the process is gone within about 2 s."""
-    code = SIGINT_CHILD.format(tests=str(Path(__file__).parent), name=component.name)
+    code = SIGINT_CHILD.format(path=CHILD_PATH, name=component.name)
     started = time.monotonic()
     child = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
@@ -536,7 +528,7 @@ def test_every_fault_in_every_component_ends_in_bounded_time(
 EXIT_CHILD = """
 import faulthandler, sys, threading, torch
 faulthandler.dump_traceback_later({dump_after}, exit=True)  # a hang at exit shows where it hangs
-sys.path.insert(0, {tests!r})
+sys.path[:0] = {path!r}
 from test_fault_injection import COMPONENTS, Faulty
 
 class Busy(Faulty):
@@ -560,11 +552,10 @@ EXIT_DUMP_S = 200
 @pytest.mark.timeout(600)  # 50 interpreters importing torch: about 2 CPU-seconds each
 def test_interpreter_exit_with_live_iterators_never_aborts() -> None:
     """A script that ends with an iterator still running exits with 0, every component, every run."""
-    tests = str(Path(__file__).parent)
     names = [COMPONENTS[run % len(COMPONENTS)].name for run in range(EXIT_RUNS)]
 
     def run(name: str) -> tuple[str, int, str]:
-        code = EXIT_CHILD.format(tests=tests, name=name, dump_after=EXIT_DUMP_S)
+        code = EXIT_CHILD.format(path=CHILD_PATH, name=name, dump_after=EXIT_DUMP_S)
         done = subprocess.run(
             [sys.executable, "-c", code],
             capture_output=True,

@@ -7,15 +7,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import cli
 from pydantic import ValidationError
 
 import loaderfactory as lf
 from loaderfactory.components.queue.dataset import QueueDataset
 from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.errors import ConfigError
-from tests.test_cli import cli
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DATASET = {
     "kind": "synthetic",
     "length": 16,

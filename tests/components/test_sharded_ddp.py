@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _train_two_ranks(tmp_path: Path, *args: str) -> tuple[list[dict[str, Any]], str]:

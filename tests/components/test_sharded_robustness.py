@@ -12,7 +12,7 @@ from process_checks import alive, orphans_after_parent_kill
 
 from loaderfactory.components.steps import ShardedDataLoader, WorkerTraceback
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class RaisesAt:

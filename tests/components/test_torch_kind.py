@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import torch
+from cli_forks import cli
 from omegaconf import OmegaConf
-from test_cli import cli
 from torch.utils.data import Dataset, IterableDataset, Sampler, get_worker_info
 
 from loaderfactory import ConfigError, build_loader, compose, validate

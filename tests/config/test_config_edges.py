@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import cli
 from omegaconf import OmegaConf
 
 from loaderfactory import ConfigError, build_loader, compose, validate
 from loaderfactory.config import registry
-from tests.test_cli import cli
 
 DATASET = {"kind": "synthetic", "length": 16, "fields": {"image": {"shape": [2]}}}
 
@@ -144,7 +144,7 @@ def test_the_json_schema_accepts_every_shipped_preset_and_refuses_unknown_keys()
     from loaderfactory.config.schema import json_schema
 
     checker = jsonschema.Draft202012Validator(json_schema())
-    conf = Path(__file__).resolve().parent.parent / "conf" / "loaderfactory"
+    conf = Path(__file__).resolve().parents[2] / "conf" / "loaderfactory"
     for group in (slot for slot in registry.SLOTS if slot != "dataset"):
         for preset in sorted(p.stem for p in (conf / group).glob("*.yaml")):
             overrides = [f"{group}={preset}"] + (["dataset=volumes"] if group == "queue" else [])

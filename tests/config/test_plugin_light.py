@@ -9,8 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from tests.test_cli import ROOT
+from cli_forks import ROOT
 
 PLUGIN_SRC = ROOT / "examples" / "plugin" / "src"
 

@@ -16,7 +16,7 @@ from loaderfactory import available, build_loader, compose
 from loaderfactory.config import registry
 from loaderfactory.hydra.compose import plugin_config_dirs
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 PLUGIN_MODULE = '''
 """A tiny third-party plugin: a dataset of the numbers 0..length-1 as dict items."""

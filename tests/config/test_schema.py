@@ -21,7 +21,7 @@ from loaderfactory.config.specs.base import Spec
 from loaderfactory.config.specs.pipeline import LoaderSpec
 from loaderfactory.errors import ConfigError
 
-CONF = Path(__file__).resolve().parent.parent / "conf"
+CONF = Path(__file__).resolve().parents[2] / "conf"
 GROUPS = CONF / "loaderfactory"
 SCHEMA = json_schema()
 ROOT = Draft202012Validator(SCHEMA)

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 import torch
+from cli_forks import cli
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from test_cli import cli
 from torch.utils.data import Dataset
 
 from loaderfactory import ConfigError, build_loader, compose, validate

@@ -14,7 +14,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - the suite runs on 3.11+, where tomllib is standard
     pytest.skip("tomllib needs Python 3.11", allow_module_level=True)
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 CHECK_TOOLS = ("ruff", "mypy")
 

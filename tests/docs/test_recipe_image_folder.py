@@ -11,10 +11,9 @@ import uuid
 from pathlib import Path
 
 import pytest
+from cli_forks import ROOT
 from image_data import write_jpeg_folder
 from s3_server import S3Server
-
-from tests.test_cli import ROOT
 
 RECIPE = (ROOT / "docs" / "recipes" / "image-folder.md").read_text()
 

@@ -16,11 +16,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from cli_forks import ROOT
 from command_process import finish
 from process_checks import alive, kill_survivors
-from test_s3_server import start_server
-
-from tests.test_cli import ROOT
+from s3_server_command import start_server
 
 GUIDE = (ROOT / "docs" / "guides" / "s3.md").read_text()
 DOCUMENTED_ENDPOINT = "http://127.0.0.1:8333"

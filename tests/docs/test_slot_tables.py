@@ -1,7 +1,7 @@
 """The slot tables of README.md and docs/index.md name registered kinds and point to the full list.
 
 They name the kinds to start with, not all of them, so a new kind needs no edit there; the generated
-reference lists every kind (``tests/test_readme.py`` checks that).
+reference lists every kind (``tests/docs/test_readme.py`` checks that).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 
 from loaderfactory.config import registry
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PAGES = {"README.md": "docs/reference.md", "docs/index.md": "reference.md"}
 """Each page with a slot table, and its link to the reference."""
 

@@ -10,24 +10,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from cli_forks import CLI_FORKS, PYTHONPATH
+from cli_forks import QUICK, cli
 
-ROOT = Path(__file__).resolve().parent.parent
-QUICK = ["run.progress=false", "run.plots=false", "dataset.length=64", "loader.batch_size=8"]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 pytestmark = pytest.mark.usefixtures("cli_forks")
-
-
-def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Runs ``python -m loaderfactory ARGS`` from ``tmp_path``, with Hydra's output dirs inside it
-    (``env``: variables to add); forked from the session's :class:`CliForks` where a test asks for it."""
-    env = {**os.environ, "PYTHONPATH": PYTHONPATH, **(env or {})}
-    args = (*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
-    if CLI_FORKS and CLI_FORKS[0].serves(env):
-        return CLI_FORKS[0].run(list(args), tmp_path, env)
-    command = [sys.executable, "-m", "loaderfactory", *args]
-    return subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=100)
 
 
 def test_run_with_overrides_writes_a_report(tmp_path: Path) -> None:

@@ -10,10 +10,10 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from cli_forks import ROOT, cli
 
 from loaderfactory import ConfigError, validate
 from loaderfactory.hydra.argv import open_config_keys, shown_overrides, with_light_overrides
-from tests.test_cli import ROOT, cli
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from test_cli import ROOT
+from cli_forks import ROOT
 
 
 @pytest.mark.slow

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import psutil
 import pytest
+from cli_forks import QUICK, cli
 from torch.utils.data import DataLoader, Dataset
 
 from loaderfactory.stats import PeakMemory
-from tests.test_cli import QUICK, cli
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # forks the command instead of starting it
 

@@ -15,9 +15,8 @@ from pathlib import Path
 
 import psutil
 import pytest
-
-from tests.command_process import read_until, start_command
-from tests.test_cli import ROOT
+from cli_forks import ROOT
+from command_process import read_until, start_command
 
 PROGRESS = re.compile(rb"\|\s*[1-9]\d*/100000 ")
 """tqdm's progress once at least one batch is drawn: ``  0%|   | 12/100000 [...]``."""

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from command_process import finish, read_until, start_command
 
 from loaderfactory import Loader
-from tests.command_process import finish, read_until, start_command
 
 FETCHING = '''
 import sys

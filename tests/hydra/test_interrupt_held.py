@@ -11,9 +11,8 @@ import time
 from pathlib import Path
 
 import pytest
-
-from tests.command_process import finish, read_until, start_command
-from tests.test_fault_injection import allowance
+from command_process import finish, read_until, start_command
+from process_checks import allowance
 
 HELD_PASS = """
 import signal

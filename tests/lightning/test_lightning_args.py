@@ -194,7 +194,7 @@ def _instantiate(node: Any) -> Any:
         raise err.__cause__ if isinstance(err.__cause__, ConfigError) else err from None
 
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "lightning_hydra" / "configs"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "lightning_hydra" / "configs"
 
 
 def _example_data(*overrides: str) -> Any:

@@ -11,17 +11,17 @@ from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 ITEMS, STEPS_PER_EPOCH, STOP = 24, 4, 6
 
 
 def _fit_on_two_ranks(package: str, out: Path) -> list[dict[str, Any]]:
-    """Runs tests/lightning_ddp_fit.py on 2 gloo ranks; returns each rank's record."""
+    """Runs tests/support/lightning_ddp_fit.py on 2 gloo ranks; returns each rank's record."""
     env = {k: v for k, v in os.environ.items() if k not in ("PL_GLOBAL_SEED", "RANK", "WORLD_SIZE")}
     env.update(PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "tests" / "lightning_ddp_fit.py"), package, str(out),
+        str(ROOT / "tests/support/lightning_ddp_fit.py"), package, str(out),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

@@ -3,7 +3,7 @@ totals the trainer shows are the batches each epoch really has; both packages, s
 shards (through the ``torch`` and the ``sharded`` loader kinds).
 
 One module fixture does every fit: the one-process saves here, then one torchrun group of 2 gloo ranks
-saves and resumes the one-process checkpoints (``tests/lightning_elastic_fit.py``), then the
+saves and resumes the one-process checkpoints (``tests/support/lightning_elastic_fit.py``), then the
 one-process resumes of its checkpoints here.
 """
 
@@ -20,7 +20,7 @@ import pytest
 from lightning_elastic_fit import DATA, EPOCHS, ITEMS, PACKAGES, SCENARIOS, SHARDS, STOP, resume, save
 from shards_data import write_tar_shards
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 pytestmark = [
     pytest.mark.slow,
@@ -41,10 +41,10 @@ Fits = dict[tuple[str, str, str], list[dict[str, Any]]]
 
 def _two_ranks(out: Path, scenarios: list[tuple[str, str]]) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("PL_GLOBAL_SEED", "RANK", "WORLD_SIZE")}
-    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]), OMP_NUM_THREADS="1")
+    env.update(PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests" / "support")]), OMP_NUM_THREADS="1")
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-        str(ROOT / "tests" / "lightning_elastic_fit.py"), str(out), *("-".join(s) for s in scenarios),
+        str(ROOT / "tests/support/lightning_elastic_fit.py"), str(out), *("-".join(s) for s in scenarios),
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=500)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

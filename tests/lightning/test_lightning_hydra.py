@@ -12,7 +12,7 @@ import pytest
 
 pytest.importorskip("lightning")
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 APP = ROOT / "examples" / "lightning_hydra" / "train.py"
 STEPS = 16  # 64 items in batches of 8, two epochs
 

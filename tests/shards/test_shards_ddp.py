@@ -2,7 +2,7 @@
 index, ranks' parts are disjoint and cover the data, 4 ranks get equal steps under ``balance: pad``
 and ``drop``, and a state saved at 2 ranks resumes at 3, one saved at 4 ranks at 2.
 
-Each test reads what ``tests/shards_ddp_scenarios.py`` recorded under torchrun for the ``torch`` and
+Each test reads what ``tests/support/shards_ddp_scenarios.py`` recorded under torchrun for the ``torch`` and
 ``sharded`` kinds over tar shards of uneven sizes, and counts sample ids. Starting a process group
 costs seconds, so every check shares three torchrun runs (a module fixture): 4 ranks, then 2, then 3.
 """
@@ -25,7 +25,7 @@ from shards_data import write_tar_shards
 from loaderfactory.shards import Storage, build_index, index_url, save_index
 from loaderfactory.shards.order import window_order
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [9, 4, 11, 7, 6, 10, 5]
 TOTAL = sum(COUNTS)
 KINDS = ("torch", "sharded")
@@ -36,7 +36,7 @@ ENDS_4 = list(itertools.accumulate(COUNTS_4))
 STEPS_4 = 2
 """Batches each of the 4 ranks takes before its state is saved."""
 SEED = 11
-"""The seed ``tests/shards_ddp_scenarios.py`` builds its loaders with."""
+"""The seed ``tests/support/shards_ddp_scenarios.py`` builds its loaders with."""
 Records = dict[str, list[dict[str, Any]]]
 
 
@@ -48,7 +48,7 @@ def _run(world_size: int, out: Path, *groups: list[str]) -> None:
     separated = [arg for number, group in enumerate(groups) for arg in ["::"] * bool(number) + group]
     command = [
         sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={world_size}",
-        str(ROOT / "tests" / "shards_ddp_scenarios.py"), str(out), *separated,
+        str(ROOT / "tests/support/shards_ddp_scenarios.py"), str(out), *separated,
     ]  # fmt: skip
     done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

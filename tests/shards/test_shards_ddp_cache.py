@@ -3,7 +3,7 @@ over ``http://`` shards and fetch each shard once between them, a ``cache.limit`
 yet every id still arrives once, rank 0 alone builds a missing index, and ``balance: uneven`` gives
 ranks ``len()`` one apart.
 
-Each test reads what ``tests/shards_ddp_cache_scenarios.py`` recorded under one torchrun of 2 ranks
+Each test reads what ``tests/support/shards_ddp_cache_scenarios.py`` recorded under one torchrun of 2 ranks
 (a module fixture: starting a process group costs seconds), and the log of every request that the
 loopback server, started here, answered. Building a loader makes no remote read but the index's (or
 rank 0's header walk when there is no index), and the epochs read cached copies locally, so a shard
@@ -28,7 +28,7 @@ from shards_data import write_tar_shards
 
 from loaderfactory.shards import INDEX_NAME, Storage, build_index, index_url, save_index
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [9, 4, 11, 7, 6, 10, 6]
 """53 samples in 7 uneven shards: 2 ranks divide neither."""
 TOTAL = sum(COUNTS)
@@ -36,7 +36,7 @@ SHARD_NAMES = [f"train-{number:06d}.tar" for number in range(len(COUNTS))]
 INDEXED = ("w0", "w2", "limited")
 """The served folders with their index beside the shards; ``unindexed`` has none."""
 MARK = "/__mark__/"
-"""What ``tests/shards_ddp_cache_scenarios.py`` GETs once every rank has built its loader."""
+"""What ``tests/support/shards_ddp_cache_scenarios.py`` GETs once every rank has built its loader."""
 Request = tuple[str, str, str]
 """``(method, path, Range header)``, or ``("MARK", folder, "")``."""
 
@@ -93,7 +93,7 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     with serving(data, RequestLog, requests=requests) as (url, _):
         command = [
             sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-            str(ROOT / "tests" / "shards_ddp_cache_scenarios.py"), str(out), url, str(data), str(cache),
+            str(ROOT / "tests/support/shards_ddp_cache_scenarios.py"), str(out), url, str(data), str(cache),
             f"--limit={limit}",
         ]  # fmt: skip
         done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=150)

@@ -36,7 +36,7 @@ from loaderfactory.shards.storage import remote_fs
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [4] * 10
 """Ten shards of four samples: a batch of two stays within a shard, and most are read after the first."""
 SAMPLE = r"while reading sample #\d+ of the shard \(#\d+ overall\)"

@@ -1,5 +1,5 @@
 """Remote shards against servers that misbehave (issue 29: 6b, 7, 10), through ``build_loader`` over
-``http://`` with the tests' own server (``tests/http_server.py``), counting sample ids.
+``http://`` with the tests' own server (``tests/support/http_server.py``), counting sample ids.
 
 A server that hangs or stalls mid-body does not hold ``close()`` past the README's bound (about 2 s),
 with the default retries or others, nor does a retry's backoff; HTTP 5xx is retried, and once the
@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 from http_server import ShardServer
+from process_checks import allowance
 from shards_data import write_tar_shards
-from test_fault_injection import allowance
 
 import loaderfactory
 from loaderfactory.shards import ShardNotFoundError, StorageError
@@ -35,7 +35,7 @@ SAMPLE = r"while reading sample #\d+ of the shard \(#\d+ overall\)"
 
 @pytest.fixture
 def served(tmp_path: Path, fsspec_io_thread: None) -> Iterator[tuple[ShardServer, list[str]]]:
-    """The shards served over HTTP (tests/http_server.py) and their URLs; the server stops after."""
+    """The shards served over HTTP (tests/support/http_server.py) and their URLs; the server stops after."""
     names = [Path(p).name for p in write_tar_shards(tmp_path / "data", COUNTS)]
     server = ShardServer(tmp_path / "data")
     try:

@@ -14,7 +14,7 @@ from loaderfactory.shards import ShardsDataset, Storage, build_index
 
 @pytest.fixture
 def http_folder(tmp_path: Path, fsspec_io_thread: None) -> Iterator[tuple[Path, str]]:
-    """``tmp_path`` served on a free loopback port (tests/http_server.py); stopped after the test."""
+    """``tmp_path`` served on a free loopback port (tests/support/http_server.py); stopped after the test."""
     server = ShardServer(tmp_path)
     try:
         yield tmp_path, server.url

@@ -29,7 +29,9 @@ from loaderfactory.shards.write.images import PIL_FORMATS, is_format
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
-TESTS = Path(__file__).resolve().parent
+ROOT = Path(__file__).resolve().parents[2]
+SUPPORT = ROOT / "tests" / "support"
+"""Where the command runs from, so that ``image_data`` is importable as a ``_target_``."""
 COUNT = 20
 TAR_MEMBER_OVERHEAD = 512 + 511
 """A tar member's most bytes beyond its data: a 512-byte header (no PAX record for short ASCII
@@ -333,13 +335,13 @@ def test_the_command_packs_jpeg_bytes_marked_by_pack_encode(tmp_path: Path, jpeg
     exits 2 naming ``pack.encode.image``."""
     dataset = ["~dataset", "+dataset._target_=image_data.JpegFolder", f"+dataset.root={jpeg_root}"]
     common = ["run.mode=pack", "run.progress=false", *dataset, f"hydra.run.dir={tmp_path / 'run'}"]
-    result = run_command(TESTS, *common, f"pack.out={tmp_path / 'out'}", "pack.encode.image=jpg")
+    result = run_command(SUPPORT, *common, f"pack.out={tmp_path / 'out'}", "pack.encode.image=jpg")
     assert result.returncode == 0, result.stderr
     files = JpegFolder(str(jpeg_root)).files
     members = _members(tmp_path / "out")
     assert [members[f"{i:06d}.image.jpg"] for i in range(COUNT)] == [path.read_bytes() for path in files]
 
-    result = run_command(TESTS, *common, f"pack.out={tmp_path / 'bad'}", "pack.encode.image=gif")
+    result = run_command(SUPPORT, *common, f"pack.out={tmp_path / 'bad'}", "pack.encode.image=gif")
     assert result.returncode == 2, result.stderr
     assert re.search(
         r"pack\.encode\.image\.format: .*'jpg', 'jpeg', 'png' or 'webp', got 'gif'", result.stderr
@@ -348,7 +350,7 @@ def test_the_command_packs_jpeg_bytes_marked_by_pack_encode(tmp_path: Path, jpeg
 
 def test_the_images_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/shards/images.md's example packs a class-folder tree of JPEGs and reads one at 224×224."""
-    guide = (TESTS.parent / "docs" / "shards" / "images.md").read_text()
+    guide = (ROOT / "docs" / "shards" / "images.md").read_text()
     (code,) = re.findall(r"```python\n(.*?)```", guide, re.DOTALL)
     write_jpeg_folder(tmp_path / "photos", 6)
     monkeypatch.chdir(tmp_path)

@@ -25,7 +25,7 @@ from loaderfactory.shards import INDEX_NAME, Storage, load_index
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [6, 9, 4, 7, 5]
 TOTAL = sum(COUNTS)
 

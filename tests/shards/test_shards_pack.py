@@ -27,7 +27,7 @@ from loaderfactory.shards import INDEX_NAME, PackError, ShardsDataset, Storage, 
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 FORMATS = ["tar", "parquet"]
 
 

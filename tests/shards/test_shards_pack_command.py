@@ -21,18 +21,21 @@ from loaderfactory.shards import INDEX_NAME, Storage
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
-TESTS = Path(__file__).resolve().parent
+SUPPORT = Path(__file__).resolve().parents[1] / "support"
 TARGET = "pack_command_data.PackItems"
-"""Importable by the command run from this folder: ``python -m`` puts the current folder first."""
+"""Importable by the command run from ``SUPPORT``: ``python -m`` puts the current folder first."""
 LENGTH = 24
 SHARD_SIZE = {"tar": "32KiB", "parquet": "8KiB"}
 """A few items per shard, several shards (a tar member takes at least 1 KiB: header and padding)."""
 
 
 def _pack(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """``loaderfactory run.mode=pack ARGS`` of :class:`PackItems` (``LENGTH`` items), run from tests/."""
+    """``loaderfactory run.mode=pack ARGS`` of :class:`PackItems` (``LENGTH`` items), run from
+    tests/support/."""
     dataset = ["~dataset", f"+dataset._target_={TARGET}", f"+dataset.length={LENGTH}"]
-    return run_command(TESTS, "run.mode=pack", *dataset, *args, f"hydra.run.dir={tmp_path / 'run'}", env=env)
+    return run_command(
+        SUPPORT, "run.mode=pack", *dataset, *args, f"hydra.run.dir={tmp_path / 'run'}", env=env
+    )
 
 
 def _read_back(urls: str, storage_options: dict[str, str] | None = None) -> list[dict[str, Any]]:

@@ -20,7 +20,7 @@ from loaderfactory.shards.index.shard_index import INDEX_NAME
 
 pytestmark = pytest.mark.usefixtures("cli_forks")  # command runs fork from one interpreter
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [6, 4, 7, 5]
 TOTAL = sum(COUNTS)
 

@@ -365,7 +365,7 @@ def test_a_reading_that_is_neither_item_nor_raw_is_refused_at_its_path() -> None
 
 def test_the_round_trip_guide_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """docs/shards/round-trip.md's example packs dict items and reads one back as packed, and raw."""
-    guide = (Path(__file__).parent.parent / "docs" / "shards" / "round-trip.md").read_text()
+    guide = (Path(__file__).resolve().parents[2] / "docs" / "shards" / "round-trip.md").read_text()
     code = guide.split("```python\n", 1)[1].split("```", 1)[0]
     monkeypatch.chdir(tmp_path)
     namespace: dict[str, Any] = {}

@@ -17,7 +17,7 @@ from torch.utils.data import DataLoader
 from loaderfactory.shards import ShardsDataset
 from loaderfactory.shards.stats import ShardStats
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 COUNTS = [5, 7, 3, 6]
 
 
@@ -33,7 +33,7 @@ def _identity(batch: list[dict[str, object]]) -> list[dict[str, object]]:
 def test_worker_counts_reach_the_main_process(tmp_path: Path, persistent: bool) -> None:
     """Samples read over 2 epochs in 2 forked worker processes (persistent or not) count in the main
     process's stats(): every sample's bytes each epoch, every shard opened, the workers included.
-    (Spawned workers: tests/test_shards_report.py, through the command.)"""
+    (Spawned workers: tests/shards/test_shards_report.py, through the command.)"""
     epochs = 2
     dataset = _indexed(tmp_path)
     before = dataset.stats()

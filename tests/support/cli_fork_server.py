@@ -1,4 +1,4 @@
-"""The fork server of ``cli_forks.py``: ``python tests/cli_fork_server.py [torch]``.
+"""The fork server of ``cli_forks.py``: ``python tests/support/cli_fork_server.py [torch]``.
 
 Imports the command (and torch, with ``torch``), then reads one JSON request a line from stdin
 (``cwd``, ``args``, ``env``, ``stdout``, ``stderr``), forks a child per request and answers its exit

@@ -20,13 +20,15 @@ import sys
 import tempfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PYTHONPATH = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
 """The import path of the tests' command runs: this checkout first."""
 CLI_FORKS: list[CliForks] = []
 """The session's fork server while the ``cli_forks`` fixture holds it (``conftest.py``)."""
 
 LOOK_ONLY = ("run.mode=validate", "run.mode=schema", "--cfg", "--help", "--info")
+QUICK = ["run.progress=false", "run.plots=false", "dataset.length=64", "loader.batch_size=8"]
+"""Overrides for a short quiet run of the command."""
 
 
 class CliForks:
@@ -83,3 +85,10 @@ def run_command(
         return CLI_FORKS[0].run(list(args), cwd, env)
     command = [sys.executable, "-m", "loaderfactory", *args]
     return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def cli(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Runs ``python -m loaderfactory ARGS`` from ``tmp_path``, with Hydra's output dirs inside it
+    (``env``: variables to add); forked from the session's :class:`CliForks` where a test asks for it."""
+    args = (*args, f"hydra.run.dir={tmp_path / 'run'}", f"hydra.sweep.dir={tmp_path / 'sweep'}")
+    return run_command(tmp_path, *args, env=env, timeout=100)

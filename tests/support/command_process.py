@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tests.test_cli import ROOT
+from cli_forks import ROOT
 
 
 def start_command(

@@ -1,6 +1,7 @@
-"""One rank of the order engine's real multi-process checks; ``tests/test_ddp_order.py`` runs it.
+"""One rank of the order engine's real multi-process checks; ``tests/components/test_ddp_order.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=N tests/ddp_scenarios.py SCENARIOS OUT [--state FILE] [--steps K]
+    torchrun --standalone --nproc_per_node=N tests/support/ddp_scenarios.py SCENARIOS OUT \
+        [--state FILE] [--steps K]
 
 SCENARIOS is one name or several, comma-separated: they run one after the other in one process group
 (starting one costs seconds).

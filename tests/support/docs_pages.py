@@ -20,7 +20,7 @@ An HTML comment on the line before the fence marks a block that runs otherwise:
 - ``<!-- docs-test: text -->``: not code (a diagram, output with figures that change between
   runs); nothing runs. Only on ``text`` blocks, and every ``text`` block carries it (or
   ``tested-by``, when a test compares it with what a command printed).
-- ``<!-- docs-test: tested-by tests/test_x.py::test_name -->``: that test runs the block, with
+- ``<!-- docs-test: tested-by tests/<folder>/test_x.py::test_name -->``: that test runs the block, with
   what it needs (a server on a free port, checks of its own); the test file names the page.
 - ``<!-- docs-test: part-of PATH -->``: the block is an excerpt of the repository's file ``PATH``,
   which its own tests run or compose: a YAML block's keys are the file's with equal values, a
@@ -48,7 +48,7 @@ from typing import Any
 import yaml
 from cli_forks import run_command
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NOT_RUN = {
     "docs/benchmarks.md": "benchmark runs and their figures: `benchmarks/` prints them; never a test",
 }

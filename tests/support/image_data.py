@@ -1,5 +1,5 @@
 """Image files for the image tests: a class-folder tree of small JPEGs, and a dataset reading it whole
-(``image_data.JpegFolder`` is importable by the command run from tests/ as a ``_target_``)."""
+(``image_data.JpegFolder`` is importable by the command run from tests/support/ as a ``_target_``)."""
 
 from __future__ import annotations
 

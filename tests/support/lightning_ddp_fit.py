@@ -1,6 +1,6 @@
-"""One rank of a real 2-process gloo fit through Lightning; ``tests/test_lightning_ddp.py`` runs it.
+"""One rank of a real 2-process gloo fit through Lightning; ``tests/lightning/test_lightning_ddp.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=2 tests/lightning_ddp_fit.py PACKAGE OUT
+    torchrun --standalone --nproc_per_node=2 tests/support/lightning_ddp_fit.py PACKAGE OUT
 
 ``PACKAGE`` is ``lightning`` or ``pytorch_lightning``. After ``seed_everything(42)`` and with no
 data seed in the config, it fits twice on ``Trainer(accelerator="cpu", devices=2, strategy="ddp")``:

@@ -1,6 +1,7 @@
-"""Lightning fits saved at one world size and resumed at another; ``tests/test_lightning_elastic.py`` runs it.
+"""Lightning fits saved at one world size and resumed at another;
+``tests/lightning/test_lightning_elastic.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=2 tests/lightning_elastic_fit.py OUT PACKAGE-DATA...
+    torchrun --standalone --nproc_per_node=2 tests/support/lightning_elastic_fit.py OUT PACKAGE-DATA...
 
 Every scenario (``lightning-shards``, say) is a (package, data) pair: ``lightning`` or
 ``pytorch_lightning``, and the synthetic dataset or tar shards (the ``shards`` kind) read by the

@@ -1,7 +1,7 @@
-"""One rank of the shared shards cache's real multi-process checks; ``tests/test_shards_ddp_cache.py``
+"""One rank of the shared shards cache's real multi-process checks; ``tests/shards/test_shards_ddp_cache.py``
 runs it.
 
-    torchrun --standalone --nproc_per_node=2 tests/shards_ddp_cache_scenarios.py OUT URL DATA CACHE \
+    torchrun --standalone --nproc_per_node=2 tests/support/shards_ddp_cache_scenarios.py OUT URL DATA CACHE \
         [--limit BYTES] [--scenarios cached,limited,unindexed,uneven]
 
 URL serves the folder DATA over HTTP from a loopback server of the test's that logs every request.

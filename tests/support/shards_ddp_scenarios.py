@@ -1,6 +1,6 @@
-"""One rank of the shards kind's real multi-process checks; ``tests/test_shards_ddp.py`` runs it.
+"""One rank of the shards kind's real multi-process checks; ``tests/shards/test_shards_ddp.py`` runs it.
 
-    torchrun --standalone --nproc_per_node=N tests/shards_ddp_scenarios.py OUT \
+    torchrun --standalone --nproc_per_node=N tests/support/shards_ddp_scenarios.py OUT \
         SCENARIOS DATA [--steps K] [--workers 0,2] [--saved-workers 0,2] [:: SCENARIOS DATA ...]
 
 SCENARIOS is one name or several, comma-separated: they run one after the other in one process group

@@ -3,7 +3,6 @@ outlives it, even when the command is killed outright."""
 
 from __future__ import annotations
 
-import re
 import signal
 import socket
 import subprocess
@@ -12,36 +11,17 @@ from pathlib import Path
 
 import psutil
 import pytest
-from command_process import finish, read_until, start_command
+from cli_forks import ROOT
+from command_process import finish
 from process_checks import alive, kill_survivors
+from s3_server_command import start_server
 
 from loaderfactory.testing import s3
 from loaderfactory.testing.s3_command import main
-from tests.test_cli import ROOT
 
 EXIT_S = 10.0
 """How long ``weed`` may outlive a killed command: the kernel kills it at once (its parent-death
 signal); 10 s is for a loaded machine."""
-SETTINGS = re.compile(rb"export AWS_ENDPOINT_URL=(\S+)\n")
-"""The last line of the settings the command prints."""
-
-
-def start_server(command: list[str], folder: Path) -> tuple[subprocess.Popen[bytes], str, int]:
-    """``command`` (``... s3-server ...``) started in ``folder``; once its settings are printed: the
-    process, what it printed and its one child, ``weed``."""
-    if s3.weed_binary() is None:
-        pytest.skip("SeaweedFS is not installed (the test extra has it)")
-    server = start_command(command, folder)
-    assert server.stdout is not None
-    try:
-        printed = read_until(server.stdout.fileno(), SETTINGS.search, "settings", timeout=120).decode()
-        (weed,) = psutil.Process(server.pid).children()
-    except BaseException:
-        server.kill()
-        server.communicate()
-        raise
-    assert "weed" in weed.name()
-    return server, printed, weed.pid
 
 
 def served(folder: Path) -> list[str]:
