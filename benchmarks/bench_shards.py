@@ -43,7 +43,7 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 from bench_shards_report import BEFORE, plot, print_tables  # noqa: E402
 from bench_shards_write import LIBRARIES, Items, data_files, ensure_written, upload  # noqa: E402

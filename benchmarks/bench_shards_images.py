@@ -3,7 +3,7 @@
     PYTHONPATH=$PWD /work/benchvenv/bin/python benchmarks/bench_shards_images.py [--count 2000] [--repeats 3]
 
 Needs the benchmark environment (benchmarks/requirements-bench.txt says how to make it). ``--count``
-photo-like 256×256 RGB JPEGs (quality 90, tests/image_data.py's ``photo``) are written once to
+photo-like 256×256 RGB JPEGs (quality 90, tests/support/image_data.py's ``photo``) are written once to
 ``--data``, then packed by each library's own writer, keeping the JPEG bytes: loaderfactory's
 ``pack(..., encode={"image": "jpg"})``, webdataset's ``ShardWriter`` (``.jpg`` members) and litdata's
 ``optimize`` (``PIL.Image.open(file)``, which it stores as the file's bytes), 64 MB shards or chunks.
@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests"))
+sys.path.insert(0, str(HERE.parent / "tests" / "support"))
 
 LIBRARIES = ("ours", "wds", "litdata", "ours@128")
 SHARD_BYTES = 64 * 2**20

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from cli_forks import cli
 from hypothesis import given
 from hypothesis import strategies as st
 from torch.utils.data import DataLoader
@@ -20,7 +21,6 @@ from loaderfactory.components.order import batches, rank_part
 from loaderfactory.components.steps.sampling import ShardPlanner
 from loaderfactory.config.validation import validate_plain
 from loaderfactory.rules import epochs
-from tests.test_cli import cli
 
 ROOT = Path(__file__).resolve().parent.parent
 

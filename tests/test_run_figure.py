@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cli_forks import QUICK, cli
 from shards_data import write_indexed_tar_shards
 
 import loaderfactory as lf
@@ -24,7 +25,6 @@ from loaderfactory.run_figure import (
     save_run_figure,
 )
 from loaderfactory.shards.find import find_shards
-from tests.test_cli import QUICK, cli
 
 DATASET = {"kind": "synthetic", "length": 40, "fields": {"x": {"shape": [4]}}}
 
