@@ -4,7 +4,7 @@ torch's ``DataLoader`` gives the worker processes (seeding, ``worker_init_fn``, 
 memory, pinning, persistence); it has no public way to stop its workers in bounded time, to watch
 them from another thread, or to end a wait for a result that will never come. The functions here
 reach into it, and nothing else in the package does. :data:`PRIVATE_NAMES` lists the names;
-``tests/test_torch_internals.py`` checks each against the installed torch, so an upgrade that
+``tests/components/test_torch_internals.py`` checks each against the installed torch, so an upgrade that
 renames one fails there instead of in a training run.
 """
 
