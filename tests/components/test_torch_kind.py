@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from collections.abc import Iterator, Sized
 from pathlib import Path
@@ -646,3 +648,22 @@ def test_cli_names_a_sampler_that_cannot_be_imported(tmp_path: Path) -> None:
     assert (
         "loader.sampler._target_: module 'torch.utils.data' has no attribute 'NoSuchSampler'" in result.stderr
     )
+
+
+def test_a_temporary_folder_too_long_for_worker_sockets_is_refused_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """torch passes a worker's tensors over Unix sockets made in the temporary folder; one whose
+    sockets would be too long is refused before any worker starts, saying what to set, instead of
+    the consumer waiting forever for a batch the worker failed to send."""
+    folder = tmp_path / ("x" * 90)
+    folder.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(folder))
+    monkeypatch.setitem(multiprocessing.current_process()._config, "tempdir", None)
+    config = {"dataset": {"kind": "synthetic", "length": 8}, "loader": {"kind": "torch", "batch_size": 4}}
+    config["loader"]["num_workers"] = 2
+    with build_loader(config) as loader, pytest.raises(OSError, match="set TMPDIR to a shorter"):
+        next(iter(loader))
+    config["loader"]["num_workers"] = 0
+    with build_loader(config) as loader:
+        assert len(list(loader)) == 2

@@ -6,6 +6,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -48,12 +49,13 @@ def http_shards(tmp_path: Path, fsspec_io_thread: None) -> Iterator[tuple[list[s
 
 
 @pytest.fixture
-def private_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The system's temporary folder, where private caches go, made this test's own."""
-    folder = tmp_path / "tmp"
-    folder.mkdir()
+def private_tmp(monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """The system's temporary folder, where private caches go, made this test's own (a short one
+    beside the system's: worker processes make sockets in it)."""
+    folder = Path(tempfile.mkdtemp(prefix="lf-test-"))
     monkeypatch.setattr(tempfile, "tempdir", str(folder))
-    return folder
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _config(urls: Any, num_workers: int = 2, **dataset: Any) -> dict[str, Any]:

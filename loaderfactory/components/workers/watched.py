@@ -29,6 +29,7 @@ from loaderfactory.components.workers.exits import (
     stop_workers,
 )
 from loaderfactory.components.workers.parent_death import workers_exit_with_parent
+from loaderfactory.components.workers.socket_folder import check_socket_folder
 from loaderfactory.components.workers.torch_internals import (
     awaited_worker,
     forget_iterator,
@@ -182,6 +183,8 @@ def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name
         forget_iterator(loader)
         previous = None
     if previous is None:
+        if loader.num_workers > 0:
+            check_socket_folder()
         with workers_exit_with_parent(loader):
             return begin()
     died: list[WorkerError] = []
