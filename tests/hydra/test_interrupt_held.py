@@ -130,6 +130,7 @@ def test_a_ctrl_c_held_while_a_pass_waits_for_a_hung_fetch_is_raised_after_the_h
 RETRY_AFTER_RAISE = """
 import os, signal, time
 from loaderfactory.hydra import interrupts
+signal.signal(signal.SIGINT, signal.default_int_handler)  # as in a terminal, even started in the background
 interrupts.interrupt_once()
 interrupts._held_since.append(time.monotonic())  # a press held while a close ran
 interrupts._retry_sent.set()  # its timer has just sent its look-again SIGINT...

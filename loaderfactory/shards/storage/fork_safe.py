@@ -37,10 +37,14 @@ class ForkSafeLock:
     def locked(self) -> bool:
         return self._lock.locked()
 
+    def renew(self) -> None:
+        """A new, free lock in place of this one (in a forked child, before its threads run)."""
+        self._lock = threading.Lock()
+
 
 def _renew_in_child() -> None:
     for lock in list(_LOCKS):
-        lock._lock = threading.Lock()
+        lock.renew()
 
 
 os.register_at_fork(after_in_child=_renew_in_child)
