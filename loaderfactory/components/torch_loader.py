@@ -318,10 +318,6 @@ class ResumableDataLoader(DataLoader[Any]):
 
 def _count(owner: weakref.ref[ResumableDataLoader], token: int, batches: Iterator[Any]) -> Iterator[Any]:
     # Holds the loader weakly so an abandoned pass never keeps it alive.
-    loader = owner()
-    if loader is not None:
-        loader._live = weakref.ref(batches)
-    del loader
     try:
         for batch in batches:
             loader = owner()

@@ -9,7 +9,6 @@ space is split between data-parallel ranks. gluon-nlp's argument names are in
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, Literal
 
@@ -34,6 +33,7 @@ from loaderfactory.components.steps.sampling import (
     ShardPlanner,
     Step,
 )
+from loaderfactory.components.workers.current_pass import CurrentPass
 from loaderfactory.components.workers.info import worker_seed
 from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.components.workers.processes import ProcessWorkers
@@ -145,7 +145,7 @@ class ShardedDataLoader:
         self._position = Position()
         self._generation = 0
         self._pool: Pool | None = None
-        self._pass: weakref.ref[Pass] | None = None
+        self._pass: CurrentPass[Pass] = CurrentPass()
         self._pin = pin_memory and torch.accelerator.is_available()
 
     # -- epochs -----------------------------------------------------------------------------------
@@ -162,11 +162,11 @@ class ShardedDataLoader:
         self._position.set_epoch(epoch)
 
     def __iter__(self) -> Iterator[Any]:
-        self._close_pass()
+        return self._pass.start(self._next_pass)
+
+    def _next_pass(self) -> Pass:
         plan = self._position.next_plan(self.planner)
-        current = Pass(self, plan, 0, self._take_pool(), pin=self._pin)
-        self._pass = weakref.ref(current)
-        return current
+        return Pass(self, plan, 0, self._take_pool(), pin=self._pin)
 
     def __len__(self) -> int:
         current = self._current_pass()
@@ -224,19 +224,13 @@ class ShardedDataLoader:
         return pool.pids if pool is not None and not pool.closed else []
 
     def _current_pass(self) -> Pass | None:
-        current = self._pass() if self._pass is not None else None
+        current = self._pass.get()
         return current if current is not None and not current.done else None
-
-    def _close_pass(self) -> None:
-        current = self._pass() if self._pass is not None else None
-        if current is not None:
-            current.close()
-        self._pass = None
 
     def close(self) -> None:
         """Stop the current pass and every worker, within one bounded grace; safe to call twice."""
         with stopping_together():
-            self._close_pass()
+            self._pass.close()
             if self._pool is not None:
                 self._pool.close()
                 self._pool = None
@@ -285,7 +279,7 @@ class ShardedDataLoader:
         seed = require_int(owner, state, "seed", low=None)
         if self.seed_given:
             check_matching(owner, state, {"seed": self.seed})
-        self._close_pass()
+        self._pass.close()
         self.seed = self.planner.order.seed = seed
         self._position = position
 

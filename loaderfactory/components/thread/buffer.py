@@ -28,6 +28,7 @@ from loaderfactory.components.state import (
 )
 from loaderfactory.components.thread.producer import End, Signal, Snapped, produce, stop_pass
 from loaderfactory.components.workers.channel import Channel, ChannelClosed, Gate
+from loaderfactory.components.workers.current_pass import CurrentPass
 from loaderfactory.components.workers.lifecycle import stopping_together
 from loaderfactory.errors import StallError
 
@@ -203,9 +204,9 @@ class ThreadBuffer(Generic[T]):
         self.gate = gate
         self.stall_message = stall_message
         self.unblock = unblock
-        # A weak reference: a pass abandoned by an early ``break`` is collected at once, and
-        # collecting it stops its thread.
-        self._pass: weakref.ref[_Pass[T]] | None = None
+        # Held weakly: a pass abandoned by an early ``break`` is collected at once, and collecting
+        # it stops its thread.
+        self._pass: CurrentPass[_Pass[T]] = CurrentPass()
         # Resume (see loaderfactory.components.state): what the consumer got in the current pass,
         # and the upstream's snapshots before and after the source item it got last.
         self._upstream: Snapshots | None = None
@@ -217,20 +218,14 @@ class ThreadBuffer(Generic[T]):
         self._pending: dict[str, Any] | None = None
 
     def __iter__(self) -> Iterator[T]:
-        self.close()
-        current = _Pass(self)
-        self._pass = weakref.ref(current)
-        return current
+        return self._pass.start(lambda: _Pass(self))
 
     def __len__(self) -> int:
         return len(self.src) * self.repeats  # type: ignore[arg-type]  # TypeError for unsized sources, as len() should
 
     def close(self) -> None:
-        """Stop and join the background thread of the current pass, if any."""
-        current = self._pass() if self._pass is not None else None
-        if current is not None:
-            current.close()
-        self._pass = None
+        """Stop and join the background thread of the current pass, if any (from any thread)."""
+        self._pass.close()
 
     def track_upstream(self, upstream: Snapshots | None) -> None:
         """Keep ``upstream.state_snapshot()`` beside each item the thread pulls (a ``Loader`` calls it)."""

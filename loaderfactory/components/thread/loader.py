@@ -56,6 +56,7 @@ class ThreadDataLoader(DataLoader[Any]):
         super().__init__(dataset, num_workers=num_workers, **kwargs)
         self._workers_lock = threading.Lock()
         self._live: weakref.ref[Any] | None = None  # the running pass (torch's iterator, watched)
+        self._stops = 0  # passes stopped so far: a pass stopped before it started starts nothing
         self.buffer = ThreadBuffer(
             _Reiterable(self._batches),
             buffer_size=buffer_size,
@@ -70,8 +71,14 @@ class ThreadDataLoader(DataLoader[Any]):
         self.repeats = repeats
 
     def _batches(self) -> Iterator[Any]:
-        batches = start_pass(self, super().__iter__, "ThreadDataLoader")
-        self._live = weakref.ref(batches)
+        """The batches of a pass: made with the buffer's pass, read on its thread."""
+        return self._read(self._stops)
+
+    def _read(self, stops: int) -> Iterator[Any]:
+        with self._workers_lock:
+            if self._stops != stops:  # the pass was stopped before its thread began: start nothing
+                return
+            batches = start_pass(self, super().__iter__, "ThreadDataLoader")
         try:
             yield from batches  # ends early when close() ends its wait for a batch
         except GeneratorExit:
@@ -86,8 +93,11 @@ class ThreadDataLoader(DataLoader[Any]):
     def _unblock(self) -> None:
         """Release a producer thread waiting inside torch's iterator (a pass being stopped).
 
-        The pass's workers stop; persistent ones stay for the next pass, and only the wait ends.
+        The pass's workers stop; persistent ones stay for the next pass, and only the wait ends. A
+        producer that has not started its workers yet starts none.
         """
+        with self._workers_lock:
+            self._stops += 1
         self._stop_workers(keep_persistent=True)
 
     def _stop_workers(self, grace_s: float | None = None, keep_persistent: bool = False) -> None:

@@ -207,24 +207,36 @@ def begin_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name
         watcher.stop()
 
 
+def passes_lock(loader: DataLoader[Any]) -> threading.RLock:
+    """The lock under which ``loader``'s passes start and stop (made on first use), so a stop from
+    another thread never comes between a pass starting its workers and being recorded."""
+    lock: threading.RLock = loader.__dict__.setdefault("_passes_lock", threading.RLock())
+    return lock
+
+
 @uninterruptible
 def start_pass(loader: DataLoader[Any], begin: Callable[[], Iterator[Any]], name: str) -> Iterator[Any]:
     """:func:`begin_pass`, as a :class:`WatchedPass` where it runs worker processes, whose small
-    batches come back by value (:mod:`~loaderfactory.components.workers.batch_transfer`)."""
-    with small_batches_by_value(loader):
-        iterator = begin_pass(loader, begin, name)
-    return WatchedPass(iterator, name) if worker_processes(iterator) else iterator
+    batches come back by value (:mod:`~loaderfactory.components.workers.batch_transfer`); recorded
+    as ``loader._live`` (a weak reference) for :func:`stop_loader_workers`."""
+    with passes_lock(loader):
+        with small_batches_by_value(loader):
+            iterator = begin_pass(loader, begin, name)
+        running = WatchedPass(iterator, name) if worker_processes(iterator) else iterator
+        loader._live = weakref.ref(running)
+    return running
 
 
 def stop_loader_workers(loader: DataLoader[Any], grace_s: float, keep_persistent: bool = False) -> None:
     """Stop the worker processes of ``loader``'s running pass (recorded as ``loader._live``, a weak
     reference) and its persistent ones, within ``grace_s``; a thread waiting for a batch is woken."""
-    live = getattr(loader, "_live", None)
-    running = live() if live is not None else None
-    if isinstance(running, WatchedPass):
-        running.stop(grace_s, keep_persistent)
-    if not keep_persistent:
-        persistent = running_iterator(loader)
-        if persistent is not None:
-            stop_workers(persistent, grace_s, KILL_GRACE_S)
-        forget_iterator(loader)
+    with passes_lock(loader):
+        live = getattr(loader, "_live", None)
+        running = live() if live is not None else None
+        if isinstance(running, WatchedPass):
+            running.stop(grace_s, keep_persistent)
+        if not keep_persistent:
+            persistent = running_iterator(loader)
+            if persistent is not None:
+                stop_workers(persistent, grace_s, KILL_GRACE_S)
+            forget_iterator(loader)
