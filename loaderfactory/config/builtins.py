@@ -18,6 +18,7 @@ from loaderfactory.config.specs.collate import (
 )
 from loaderfactory.config.specs.dataset import SyntheticDatasetSpec, TargetDatasetSpec, TensorFolderSpec
 from loaderfactory.config.specs.loader import TorchLoaderSpec
+from loaderfactory.config.specs.mixture import MixtureDatasetSpec
 from loaderfactory.config.specs.prefetch import ThreadBufferSpec
 from loaderfactory.config.specs.queue import QueueDatasetSpec
 from loaderfactory.config.specs.sharded import ShardedLoaderSpec
@@ -60,6 +61,7 @@ shards = [
     Contract(example("shards_tar_example"), name="tar"),
     Contract(example("shards_parquet_example"), name="parquet"),
 ]
+mixture = Contract(example("mixture_example"))
 ram = Contract(
     ["queue=ram", "queue.epoch_size=6", "queue.batch_size=4", "queue.capacity=8"], exact_resume=False
 )
@@ -83,6 +85,7 @@ register(
     "dataset", "tensor_folder", TensorFolderSpec, builder("dataset", "build_tensor_folder"), contract=folder
 )
 register("dataset", "shards", ShardsDatasetSpec, builder("shards", "build_shards"), contract=shards)
+register("dataset", "mixture", MixtureDatasetSpec, builder("mixture", "build_mixture"), contract=mixture)
 register("dataset", "_target_", TargetDatasetSpec, builder("dataset", "build_target"))
 register("queue", "ram", QueueDatasetSpec, builder("queue", "build_ram_queue"), contract=ram)
 register("loader", "torch", TorchLoaderSpec, builder("loader", "build_torch_loader"), contract=torch_loader)

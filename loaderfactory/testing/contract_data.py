@@ -27,6 +27,26 @@ def tensor_folder_example(folder: Path) -> list[str]:
     return ["dataset=tensor_folder", f"dataset.root={folder}"]
 
 
+def mixture_example(folder: Path) -> list[str]:
+    """``mixture``: two ``tensor_folder`` sources, ids 0-4 and 5-9, mixed 1:1 until both are read."""
+    half = CONTRACT_LENGTH // 2
+    for name, ids in (("low", range(half)), ("high", range(half, CONTRACT_LENGTH))):
+        (folder / name).mkdir(exist_ok=True)  # the tests may write a contract twice
+        for index in ids:
+            item = {"image": torch.full((2,), float(index)), "index": index}
+            torch.save(item, folder / name / f"item_{index:03d}.pt")
+    sources = ",".join(
+        f"{name}:{{dataset:{{kind:tensor_folder,root:'{folder / name}'}},weight:1}}"
+        for name in ("low", "high")
+    )
+    return [
+        "dataset=mixture",
+        "~dataset.sources",
+        f"+dataset.sources={{{sources}}}",
+        "dataset.source_key=null",
+    ]
+
+
 def tensor_folder_npy_example(folder: Path) -> list[str]:
     """``tensor_folder``: one ``.npy`` array per item, read as the item ``{"index": tensor(index)}``."""
     for index in range(CONTRACT_LENGTH):

@@ -1,0 +1,210 @@
+"""``MixtureDataset``: several map-style datasets read as one, in shares that follow weights."""
+
+from __future__ import annotations
+
+import zlib
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from torch.utils.data import Dataset, get_worker_info
+
+from loaderfactory.components.epoch_announce import announced
+from loaderfactory.components.order_forwarding import order_of
+from loaderfactory.mixture.blocks import Blocks
+from loaderfactory.mixture.counts import Counts
+from loaderfactory.mixture.epochs import Stop, epoch_length, passes
+from loaderfactory.mixture.schedule import Interpolate, segments
+
+PASS_STRIDE = 2**20
+"""Pass numbers of one epoch's passes over a source start at ``epoch * PASS_STRIDE``."""
+
+
+class MixtureDataset(Dataset[Any]):
+    """Items of ``sources`` mixed by weight: index ``k`` is the ``k``-th position of the epoch.
+
+    Which source a position reads and which of its samples depend only on ``(seed, epoch, k)`` and the
+    config (:mod:`loaderfactory.mixture`), so every rank and worker agrees, and a loader resumes a
+    mixture at any position, world size or worker count, exactly. Read it unshuffled, or shuffled: its
+    :meth:`epoch_order` keeps the positions in order (the mixing is the shuffle). A source is read in
+    a new order on every pass (its own ``epoch_order`` where it has one, as ``shards`` do).
+
+    Args:
+        sources: name → map-style dataset.
+        weights: ``(at, {name: weight})`` points along the timeline (positions counted over epochs,
+            ``at`` of the first is 0); one point: fixed weights. Weights are normalised.
+        stop: ``first_exhausted``, ``all_exhausted`` or a number of samples per epoch.
+        interpolate: ``hold`` each point's weights until the next, or change them ``linear``-ly.
+        block: positions whose shares are exact, in a random order (the global batch: every batch).
+        seed: the mixing's and the sources' orders' seed.
+        shuffle: read each source in a new order each pass; ``False``: in its own order.
+        max_repeats: passes over a source an epoch may take; more is refused at once.
+        source_key: add the source's name to each (dict) item under this key.
+    """
+
+    def __init__(
+        self,
+        sources: Mapping[str, Any],
+        weights: Sequence[tuple[int, Mapping[str, float]]],
+        stop: Stop = "all_exhausted",
+        *,
+        interpolate: Interpolate = "hold",
+        block: int = 1024,
+        seed: int = 0,
+        shuffle: bool = True,
+        max_repeats: int | None = None,
+        source_key: str | None = None,
+    ) -> None:
+        self.names = list(sources)
+        self.sources = [sources[name] for name in self.names]
+        self.sizes = [len(source) for source in self.sources]
+        points = [(int(at), [float(w.get(name, 0.0)) for name in self.names]) for at, w in weights]
+        self.segments = segments(points, interpolate)
+        self.scheduled = len(self.segments.starts) > 1
+        self.counts = Counts(self.segments)
+        self.length = epoch_length(self.counts, self.sizes, self.segments.weights[0], stop)
+        self.seed = seed
+        self.shuffle = shuffle
+        self.source_key = source_key
+        self.blocks = Blocks(self.counts, block, seed)
+        self._source_seeds = [_source_seed(seed, name) for name in self.names]
+        self._orders: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self.epoch = 0
+        self._check_repeats(max_repeats)
+
+    def __len__(self) -> int:
+        return self.length
+
+    # -- epochs -------------------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Read epoch ``epoch`` next (an unshuffled loader calls it each epoch)."""
+        self.epoch = epoch
+
+    def epoch_order(self, seed: int, epoch: int) -> range:
+        """The positions in order, whatever the loader's seed: the mixture's own seed mixes them."""
+        self.epoch = epoch
+        return range(self.length)
+
+    def timeline_start(self, epoch: int) -> int:
+        """Where ``epoch`` starts on the schedule's timeline (0 for fixed weights: every epoch alike)."""
+        return epoch * self.length if self.scheduled else 0
+
+    def draws(self, epoch: int) -> np.ndarray:
+        """Samples each source gives in ``epoch``."""
+        start = self.timeline_start(epoch)
+        at = self.counts.at(np.asarray([start, start + self.length]))
+        return at[1] - at[0]  # type: ignore[no-any-return]
+
+    def _current_epoch(self) -> int:
+        if get_worker_info() is not None:
+            tag = announced()
+            if tag is not None:
+                return tag.epoch
+        return self.epoch
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    def locate(self, position: int, epoch: int | None = None) -> tuple[int, int]:
+        """``(source, sample index in it)`` that ``position`` of ``epoch`` (the current one) reads."""
+        if not 0 <= position < self.length:
+            raise IndexError(f"mixture position {position} out of range [0, {self.length})")
+        epoch = self._current_epoch() if epoch is None else epoch
+        block = self.blocks.find(epoch, self.timeline_start(epoch), self.length, position)
+        offset = position - block.start
+        source, draw = int(block.sources[offset]), int(block.draws[offset])
+        size = self.sizes[source]
+        return source, int(self._order(source, epoch * PASS_STRIDE + draw // size)[draw % size])
+
+    def __getitem__(self, position: int) -> Any:
+        source, index = self.locate(position)
+        return self._labelled(source, index, self._read(source, index, position))
+
+    def __getitems__(self, positions: Sequence[int]) -> list[Any]:
+        """The items at ``positions``, each source's read at once (its ``__getitems__`` where it has one)."""
+        located = [self.locate(int(p)) for p in positions]
+        items: list[Any] = [None] * len(located)
+        for source in sorted({s for s, _ in located}):
+            slots = [n for n, (s, _) in enumerate(located) if s == source]
+            indices = [located[n][1] for n in slots]
+            read = self._read_many(source, indices, [int(positions[n]) for n in slots])
+            for n, item, index in zip(slots, read, indices, strict=True):
+                items[n] = self._labelled(source, index, item)
+        return items
+
+    def _read(self, source: int, index: int, position: int) -> Any:
+        try:
+            return self.sources[source][index]
+        except Exception as error:
+            error.add_note(self._where(source, [index], [position]))
+            raise
+
+    def _read_many(self, source: int, indices: list[int], positions: list[int]) -> list[Any]:
+        dataset = self.sources[source]
+        getitems = getattr(dataset, "__getitems__", None)
+        try:
+            return list(getitems(indices)) if callable(getitems) else [dataset[i] for i in indices]
+        except Exception as error:
+            error.add_note(self._where(source, indices, positions))
+            raise
+
+    def _where(self, source: int, indices: list[int], positions: list[int]) -> str:
+        samples = ", ".join(map(str, indices[:8])) + (", ..." if len(indices) > 8 else "")
+        return (
+            f"while reading mixture source {self.names[source]!r}, sample(s) {samples} "
+            f"(mixture position(s) {positions[0]}{'...' if len(positions) > 1 else ''})"
+        )
+
+    def _labelled(self, source: int, index: int, item: Any) -> Any:
+        if self.source_key is None:
+            return item
+        if not isinstance(item, dict):
+            raise TypeError(
+                f"mixture source {self.names[source]!r} gave a {type(item).__name__} at sample {index}: "
+                f"source_key ({self.source_key!r}) labels dict items only; set source_key: null"
+            )
+        return {**item, self.source_key: self.names[source]}
+
+    def _order(self, source: int, pass_number: int) -> np.ndarray:
+        """Source ``source``'s order in pass ``pass_number`` (cached, the last few)."""
+        key = (source, pass_number)
+        order = self._orders.get(key)
+        if order is None:
+            order = self._make_order(source, pass_number)
+            self._orders[key] = order
+            if len(self._orders) > 2 * len(self.sources):
+                self._orders.popitem(last=False)
+        return order
+
+    def _make_order(self, source: int, pass_number: int) -> np.ndarray:
+        size, seed = self.sizes[source], self._source_seeds[source]
+        if not self.shuffle:
+            return np.arange(size, dtype=np.int64)
+        own = order_of(self.sources[source])
+        if own is not None:
+            return np.asarray(own(seed, pass_number), dtype=np.int64)
+        return np.random.default_rng([seed, pass_number]).permutation(size)
+
+    # -- checks -------------------------------------------------------------------------------------
+
+    def _check_repeats(self, max_repeats: int | None) -> None:
+        if max_repeats is None:
+            return
+        # Any epoch of a schedule takes no more than its largest weight does.
+        scheduled = self.segments.weights.max(axis=0) * self.length + 1
+        most = scheduled if self.scheduled else self.draws(0)
+        for name, taken, size in zip(
+            self.names, passes(np.asarray(most), self.sizes), self.sizes, strict=True
+        ):
+            if taken > max_repeats:
+                raise ValueError(
+                    f"source {name!r} ({size} samples) would be read {taken} times an epoch, more than "
+                    f"max_repeats={max_repeats}: lower its weight, shorten the epoch (stop) or "
+                    "raise max_repeats"
+                )
+
+
+def _source_seed(seed: int, name: str) -> int:
+    """A seed of the source's own: two sources never share an order, even given the same dataset."""
+    return int(np.random.SeedSequence([seed % 2**64, zlib.crc32(name.encode())]).generate_state(1)[0])

@@ -1,0 +1,191 @@
+"""The mixture kind through the loaders: epochs of the length ``stop`` says, every draw counted by
+``(source, id)``, workers and resume reading what one process reads, shards on disk and in S3."""
+
+from __future__ import annotations
+
+import itertools
+import math
+import uuid
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from shards_data import id_samples, tar_bytes, write_tar_shards
+
+from loaderfactory import build_loader
+from loaderfactory.shards import Storage
+from loaderfactory.testing.s3 import S3Server
+
+SIZES = {"web": 37, "code": 23, "books": 11}
+
+
+def synthetic(length: int, seed: int) -> dict[str, Any]:
+    return {"kind": "synthetic", "length": length, "seed": seed, "fields": {"x": {"shape": [1]}}}
+
+
+def mixture(
+    stop: Any = "all_exhausted", weights: dict[str, float] | None = None, **more: Any
+) -> dict[str, Any]:
+    weights = weights or {"web": 5, "code": 3, "books": 2}
+    sources = {
+        name: {"dataset": synthetic(size, seed), "weight": weights[name]}
+        for seed, (name, size) in enumerate(SIZES.items())
+    }
+    return {"kind": "mixture", "sources": sources, "stop": stop, "source_key": "source", **more}
+
+
+def config(dataset: dict[str, Any], workers: int = 0, **loader: Any) -> dict[str, Any]:
+    return {
+        "dataset": dataset,
+        "loader": {"kind": "torch", "batch_size": 4, "num_workers": workers, **loader},
+    }
+
+
+def draws(batches: Any) -> Counter[tuple[str, int]]:
+    return Counter(
+        (source, int(index))
+        for batch in batches
+        for source, index in zip(batch["source"], batch["index"], strict=True)
+    )
+
+
+def per_source(counted: Counter[tuple[str, int]]) -> dict[str, Counter[int]]:
+    split: dict[str, Counter[int]] = {name: Counter() for name in SIZES}
+    for (source, index), times in counted.items():
+        split[source][index] += times
+    return split
+
+
+def test_all_exhausted_reads_every_source_whole_and_restarts_those_that_ran_out() -> None:
+    with build_loader(config(mixture("all_exhausted"))) as loader:
+        epoch = per_source(draws(loader))
+        length = len(loader.dataset)
+    assert sum(sum(c.values()) for c in epoch.values()) == length
+    for name, size in SIZES.items():
+        assert set(epoch[name]) == set(range(size))  # every sample of every source
+        assert max(epoch[name].values()) - min(epoch[name].values()) <= 1  # passes in turn
+    assert sum(epoch["code"].values()) == SIZES["code"]  # the last to end (23 / 0.3): one pass exactly
+
+
+def test_first_exhausted_ends_when_one_source_is_read_whole() -> None:
+    with build_loader(config(mixture("first_exhausted"))) as loader:
+        epoch = per_source(draws(loader))
+        length = len(loader.dataset)
+    assert math.isclose(length, SIZES["books"] / 0.2, abs_tol=2)
+    assert sorted(epoch["books"].elements()) == list(range(SIZES["books"]))  # each sample once
+    assert all(max(c.values()) == 1 for c in epoch.values())
+
+
+@pytest.mark.parametrize("samples", [7, 200])
+def test_an_epoch_of_n_samples_is_n_samples_long(samples: int) -> None:
+    with build_loader(config(mixture({"samples": samples}))) as loader:
+        assert len(loader.dataset) == samples and len(loader) == math.ceil(samples / 4)
+        assert sum(draws(loader).values()) == samples
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_workers_and_epochs_read_what_the_mixture_places(workers: int) -> None:
+    """Each epoch's draws are those the mixture places there (read in one process), with or without
+    worker processes; the next epoch reads the sources in new orders."""
+    with build_loader(config(mixture({"samples": 120}), workers, shuffle=True)) as loader:
+        epochs = [draws(loader) for _ in range(2)]
+        mixture_dataset = loader.dataset
+        placed = []
+        for epoch in range(2):
+            located = [mixture_dataset.locate(k, epoch=epoch) for k in range(120)]
+            placed.append(Counter((mixture_dataset.names[s], i) for s, i in located))
+    assert epochs == placed
+    assert epochs[0] != epochs[1]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_resumed_mid_epoch_the_rest_completes_the_epoch_exactly(workers: int) -> None:
+    with build_loader(config(mixture({"samples": 120}), workers, shuffle=True)) as first:
+        whole = draws(first)
+    with build_loader(config(mixture({"samples": 120}), workers, shuffle=True)) as first:
+        head = draws(itertools.islice(iter(first), 7))
+        state = first.state_dict()
+    with build_loader(config(mixture({"samples": 120}), workers, shuffle=True)) as second:
+        second.load_state_dict(state)
+        rest = draws(second)
+    assert head + rest == whole and sum(head.values()) == 28
+
+
+def test_the_same_dataset_under_two_names_is_read_in_two_orders() -> None:
+    same = synthetic(50, 0)
+    dataset = {
+        "kind": "mixture",
+        "sources": {"a": {"dataset": same}, "b": {"dataset": same}},
+        "stop": "all_exhausted",
+        "source_key": "source",
+    }
+    with build_loader(config(dataset, batch_size=100)) as loader:
+        (batch,) = list(loader)
+    orders = {
+        name: [int(i) for s, i in zip(batch["source"], batch["index"], strict=True) if s == name]
+        for name in "ab"
+    }
+    assert sorted(orders["a"]) == sorted(orders["b"]) == list(range(50))
+    assert orders["a"] != orders["b"]
+
+
+def test_weights_left_out_follow_the_sources_sizes() -> None:
+    dataset = mixture({"samples": 710})
+    for source in dataset["sources"].values():
+        del source["weight"]
+    with build_loader(config(dataset)) as loader:
+        counted = Counter(source for source, _ in draws(loader).elements())
+    assert {name: counted[name] for name in SIZES} == {name: size * 10 for name, size in SIZES.items()}
+
+
+class Failing(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
+        if index == 3:
+            raise KeyError(f"sample {index} is missing")
+        return {"index": torch.tensor(index)}
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_failing_source_raises_its_own_error_naming_the_source_and_sample(workers: int) -> None:
+    dataset = {
+        "kind": "mixture",
+        "sources": {
+            "good": {"dataset": synthetic(10, 0), "weight": 1},
+            "flaky": {"dataset": {"_target_": f"{__name__}.Failing"}, "weight": 1},
+        },
+        "stop": "all_exhausted",
+    }
+    with build_loader(config(dataset, workers)) as loader, pytest.raises(KeyError) as caught:
+        list(loader)
+    told = "".join(getattr(caught.value, "__notes__", [])) + str(caught.value)
+    assert "mixture source 'flaky', sample(s) 3" in told
+
+
+def test_a_mixture_of_local_and_s3_shards_reads_every_id(
+    s3: S3Server, fsspec_io_thread: None, tmp_path: Path
+) -> None:
+    write_tar_shards(tmp_path / "local", [9, 7, 8])  # ids 0..23
+    prefix = f"mixture-{uuid.uuid4().hex[:8]}/"
+    storage = Storage(s3.storage_options)
+    for number, first in enumerate((100, 110)):
+        storage.write(s3.url(f"{prefix}train-{number:06d}.tar"), tar_bytes(id_samples(first, 10)))
+    remote = {"kind": "shards", "urls": s3.url(prefix), "storage_options": s3.storage_options}
+    dataset = {
+        "kind": "mixture",
+        "sources": {
+            "disk": {"dataset": {"kind": "shards", "urls": f"{tmp_path / 'local'}/"}, "weight": 24},
+            "s3": {"dataset": remote, "weight": 20},
+        },
+        "stop": "all_exhausted",
+        "source_key": "source",
+    }
+    with build_loader(config(dataset, 2)) as loader:
+        read = Counter(
+            (s, int(i)) for batch in loader for s, i in zip(batch["source"], batch["cls"], strict=True)
+        )
+    assert read == Counter([("disk", i) for i in range(24)] + [("s3", i) for i in range(100, 120)])
