@@ -97,6 +97,42 @@ class MixtureDataset(Dataset[Any]):
         at = self.counts.at(np.asarray([start, start + self.length]))
         return at[1] - at[0]  # type: ignore[no-any-return]
 
+    def shares(self, epoch: int, position: int) -> dict[str, dict[str, float]]:
+        """Per source, over the first ``position`` positions of ``epoch``: ``drawn`` (samples read) and
+        ``target`` (what the weights ask, not rounded), and the same ``since_start`` of the run."""
+        position = min(max(position, 0), self.length)
+        start = self.timeline_start(epoch)
+        before = self.counts.at(np.asarray([start, start + position]))
+        wanted = [self.segments.expected(start), self.segments.expected(start + position)]
+        # Epochs of fixed weights all start the timeline again: the run's totals count whole epochs.
+        whole = 0 if self.scheduled else epoch
+        drawn_all = before[1] + whole * self.draws(0)
+        target_all = wanted[1] + whole * self.segments.expected(self.length)
+        return {
+            name: {
+                "drawn": int(before[1][s] - before[0][s]),
+                "target": float(wanted[1][s] - wanted[0][s]),
+                "drawn_since_start": int(drawn_all[s]),
+                "target_since_start": float(target_all[s]),
+            }
+            for s, name in enumerate(self.names)
+        }
+
+    def telemetry(self) -> dict[str, Any]:
+        """What an epoch reads of each source: samples, passes and share, and the epoch's length."""
+        drawn = self.draws(self.epoch)
+        return {
+            "epoch_length": self.length,
+            "sources": {
+                name: {
+                    "samples": int(drawn[s]),
+                    "passes": passes(drawn, self.sizes)[s],
+                    "size": self.sizes[s],
+                }
+                for s, name in enumerate(self.names)
+            },
+        }
+
     def _current_epoch(self) -> int:
         if get_worker_info() is not None:
             tag = announced()
