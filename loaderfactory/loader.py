@@ -18,12 +18,14 @@ from loaderfactory.loader_state import (
     Chain,
     Difference,
     load_slot,
+    mixture_changes,
     moved_data,
     saveable,
     saved_slots,
     slot_snapshots,
     split_slots,
     stateful,
+    warn_mixture_changed,
     warn_moved,
 )
 from loaderfactory.stats import LoaderStats
@@ -241,7 +243,9 @@ class Loader:
         batches_in_epoch = require_int(owner, state, "batches_in_epoch")
         if strict is None:
             strict = bool(getattr(getattr(self.spec, "resume", None), "strict", False))
-        moved = moved_data(state.get("config"), self._config(), self.spec, strict)
+        config = self._config()
+        remixed = mixture_changes(state.get("config"), config, self.spec)
+        moved = moved_data(state.get("config"), config, self.spec, strict, accepted=remixed)
         saved = saved_slots(state["slots"])
         if list(saved) != list(self._components):
             raise ResumeError(
@@ -257,6 +261,7 @@ class Loader:
         self.batches_in_epoch = batches_in_epoch
         self._resumed = True
         warn_moved(moved)
+        warn_mixture_changed(remixed)
 
     def _load_slots(self, saved: Mapping[str, Mapping[str, Any]], moved: list[Difference]) -> None:
         """Each slot's part of a checked state; a dataset recorded by its length must have it still."""

@@ -224,16 +224,50 @@ def differences(saved: Any, current: Any, path: tuple[str, ...] = ()) -> list[Di
     return []
 
 
-def moved_data(saved: Any, current: Any, spec: Any, strict: bool) -> list[Difference]:
+def mixture_changes(saved: Any, current: Any, spec: Any) -> list[Difference]:
+    """The differences that only change how a mixture mixes its sources, when ``resume.mixture_changes``
+    lets a state resume across them (none otherwise)."""
+    if not getattr(getattr(spec, "resume", None), "mixture_changes", False):
+        return []
+    return [d for d in differences(saved, current) if _slot_says(spec, d, "is_mix_change", d.path[1:])]
+
+
+def warn_mixture_changed(changes: Sequence[Difference]) -> None:
+    """A :class:`ResumeWarning` naming each change of a mixture a state resumed across."""
+    if changes:
+        warnings.warn(
+            f"resumed a mixture that changed since the state was saved: {'; '.join(map(str, changes))}. "
+            "The rest of the epoch follows the new mixture from the saved position: draws before and "
+            "after it may overlap or miss some samples this epoch",
+            ResumeWarning,
+            stacklevel=3,
+        )
+
+
+def _slot_says(spec: Any, difference: Difference, hook: str, *args: Any) -> bool:
+    """What the hook of the spec of the slot ``difference`` lies in says of it."""
+    path = difference.path
+    if len(path) < 2 or path[0] not in getattr(type(spec), "model_fields", {}):
+        return False
+    ask = getattr(getattr(spec, path[0], None), hook, None)
+    return callable(ask) and bool(ask(*args))
+
+
+def moved_data(
+    saved: Any, current: Any, spec: Any, strict: bool, accepted: Sequence[Difference] = ()
+) -> list[Difference]:
     """The differences between a saved config and the loader's that only move the data; raises
     ``ResumeError`` listing the others (all of them with ``strict``).
 
     A difference moves the data when both values are strings and the slot's spec calls it a location
     (``Spec.is_location``: its ``location_fields``, a ``_target_``'s path-like arguments), or it lies
     under one of ``spec.resume.locations``. The dataset's length is checked when its slot loads.
+    ``accepted`` differences (:func:`mixture_changes`) are neither refused nor returned.
     A field the saved config lacks (a state saved before the field existed) is no difference while
     the field keeps its default."""
-    found = [d for d in differences(saved, current) if not _new_field_at_default(d, spec)]
+    found = [
+        d for d in differences(saved, current) if not _new_field_at_default(d, spec) and d not in accepted
+    ]
     declared = tuple(getattr(getattr(spec, "resume", None), "locations", ()))
     moved = [d for d in found if _moves_data(d, spec, declared)]
     refused = found if strict else [d for d in found if d not in moved]
@@ -243,6 +277,8 @@ def moved_data(saved: Any, current: Any, spec: Any, strict: bool) -> list[Differ
     hint = "build the loader from the saved config"
     if strict and moved:
         hint += " (resume.strict is on: set resume.strict=false to resume from the same data, moved)"
+    elif any(_slot_says(spec, d, "is_mix_change", d.path[1:]) for d in refused):
+        hint += "; to go on with the mixture as it is now, set resume.mixture_changes=true"
     elif any(isinstance(d.now, str) and d.path[-1:] not in (("kind",), ("target",)) for d in refused):
         hint += "; if a path there only says where the same data lives, list it in resume.locations"
     raise ResumeError(f"the state was saved from another config ({shown}); {hint}")
@@ -271,9 +307,7 @@ def _moves_data(difference: Difference, spec: Any, declared: tuple[str, ...]) ->
         return False
     if any(difference.where == d or difference.where.startswith(f"{d}.") for d in declared):
         return True
-    slot = getattr(spec, path[0], None) if path[0] in getattr(type(spec), "model_fields", {}) else None
-    is_location = getattr(slot, "is_location", None)
-    return callable(is_location) and bool(is_location(path[1:], saved, now))
+    return _slot_says(spec, difference, "is_location", path[1:], saved, now)
 
 
 def warn_moved(moved: Sequence[Difference]) -> None:

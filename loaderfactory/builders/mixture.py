@@ -39,6 +39,7 @@ def build_mixture(spec: MixtureDatasetSpec, upstream: None, context: BuildContex
             shuffle=spec.shuffle,
             max_repeats=spec.max_repeats,
             source_key=spec.source_key,
+            unit=spec.mixing_unit(),
         )
     except ValueError as err:  # a source read more often than max_repeats allows
         raise ConfigError(ConfigProblem("max_repeats", str(err))) from None

@@ -12,10 +12,9 @@ from torch.utils.data import Dataset, get_worker_info
 
 from loaderfactory.components.epoch_announce import announced
 from loaderfactory.components.order_forwarding import order_of
-from loaderfactory.mixture.blocks import Blocks
-from loaderfactory.mixture.counts import Counts
-from loaderfactory.mixture.epochs import Stop, epoch_length, passes
-from loaderfactory.mixture.schedule import Interpolate, segments
+from loaderfactory.mixture.epochs import Stop, passes
+from loaderfactory.mixture.schedule import Interpolate
+from loaderfactory.mixture.timeline import Timeline
 
 PASS_STRIDE = 2**20
 """Pass numbers of one epoch's passes over a source start at ``epoch * PASS_STRIDE``."""
@@ -41,6 +40,8 @@ class MixtureDataset(Dataset[Any]):
         shuffle: read each source in a new order each pass; ``False``: in its own order.
         max_repeats: passes over a source an epoch may take; more is refused at once.
         source_key: add the source's name to each (dict) item under this key.
+        unit: positions taken from one source at a time: the global batch makes every batch come
+            from one source (``per_source`` batching), shares then counting batches.
     """
 
     def __init__(
@@ -55,19 +56,17 @@ class MixtureDataset(Dataset[Any]):
         shuffle: bool = True,
         max_repeats: int | None = None,
         source_key: str | None = None,
+        unit: int = 1,
     ) -> None:
         self.names = list(sources)
         self.sources = [sources[name] for name in self.names]
         self.sizes = [len(source) for source in self.sources]
         points = [(int(at), [float(w.get(name, 0.0)) for name in self.names]) for at, w in weights]
-        self.segments = segments(points, interpolate)
-        self.scheduled = len(self.segments.starts) > 1
-        self.counts = Counts(self.segments)
-        self.length = epoch_length(self.counts, self.sizes, self.segments.weights[0], stop)
+        self.timeline = Timeline(points, interpolate, stop, self.sizes, block, seed, unit)
+        self.length = self.timeline.length
         self.seed = seed
         self.shuffle = shuffle
         self.source_key = source_key
-        self.blocks = Blocks(self.counts, block, seed)
         self._source_seeds = [_source_seed(seed, name) for name in self.names]
         self._orders: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
         self.epoch = 0
@@ -87,31 +86,24 @@ class MixtureDataset(Dataset[Any]):
         self.epoch = epoch
         return range(self.length)
 
-    def timeline_start(self, epoch: int) -> int:
-        """Where ``epoch`` starts on the schedule's timeline (0 for fixed weights: every epoch alike)."""
-        return epoch * self.length if self.scheduled else 0
-
     def draws(self, epoch: int) -> np.ndarray:
         """Samples each source gives in ``epoch``."""
-        start = self.timeline_start(epoch)
-        at = self.counts.at(np.asarray([start, start + self.length]))
-        return at[1] - at[0]  # type: ignore[no-any-return]
+        return self.timeline.drawn(epoch, self.length)
 
     def shares(self, epoch: int, position: int) -> dict[str, dict[str, float]]:
         """Per source, over the first ``position`` positions of ``epoch``: ``drawn`` (samples read) and
         ``target`` (what the weights ask, not rounded), and the same ``since_start`` of the run."""
         position = min(max(position, 0), self.length)
-        start = self.timeline_start(epoch)
-        before = self.counts.at(np.asarray([start, start + position]))
-        wanted = [self.segments.expected(start), self.segments.expected(start + position)]
-        # Epochs of fixed weights all start the timeline again: the run's totals count whole epochs.
-        whole = 0 if self.scheduled else epoch
-        drawn_all = before[1] + whole * self.draws(0)
-        target_all = wanted[1] + whole * self.segments.expected(self.length)
+        drawn, target = self.timeline.drawn(epoch, position), self.timeline.target(epoch, position)
+        earlier = range(epoch) if self.timeline.scheduled else [0] * epoch  # fixed: every epoch alike
+        drawn_all = drawn + sum((self.timeline.drawn(e, self.length) for e in earlier), np.zeros_like(drawn))
+        target_all = target + sum(
+            (self.timeline.target(e, self.length) for e in earlier), np.zeros_like(target)
+        )
         return {
             name: {
-                "drawn": int(before[1][s] - before[0][s]),
-                "target": float(wanted[1][s] - wanted[0][s]),
+                "drawn": int(drawn[s]),
+                "target": float(target[s]),
                 "drawn_since_start": int(drawn_all[s]),
                 "target_since_start": float(target_all[s]),
             }
@@ -147,9 +139,7 @@ class MixtureDataset(Dataset[Any]):
         if not 0 <= position < self.length:
             raise IndexError(f"mixture position {position} out of range [0, {self.length})")
         epoch = self._current_epoch() if epoch is None else epoch
-        block = self.blocks.find(epoch, self.timeline_start(epoch), self.length, position)
-        offset = position - block.start
-        source, draw = int(block.sources[offset]), int(block.draws[offset])
+        source, draw = self.timeline.locate(epoch, position)
         size = self.sizes[source]
         return source, int(self._order(source, epoch * PASS_STRIDE + draw // size)[draw % size])
 
@@ -228,8 +218,9 @@ class MixtureDataset(Dataset[Any]):
         if max_repeats is None:
             return
         # Any epoch of a schedule takes no more than its largest weight does.
-        scheduled = self.segments.weights.max(axis=0) * self.length + 1
-        most = scheduled if self.scheduled else self.draws(0)
+        timeline = self.timeline
+        scheduled = timeline.segments.weights.max(axis=0) * (timeline.units + 1) * timeline.unit
+        most = scheduled if timeline.scheduled else self.draws(0)
         for name, taken, size in zip(
             self.names, passes(np.asarray(most), self.sizes), self.sizes, strict=True
         ):

@@ -75,7 +75,7 @@ CASES = {
     "stratified without the global batch": (
         {"sources": {"a": source()}, "batching": "stratified"},
         "dataset.global_batch",
-        "stratified batching needs",
+        "stratified batching needs the global batch",
     ),
     "a source without samples": (
         {"sources": {"a": source(), "empty": source(length=20)}, "sources_empty": True},

@@ -15,6 +15,7 @@ import torch
 from shards_data import id_samples, tar_bytes, write_tar_shards
 
 from loaderfactory import build_loader
+from loaderfactory.errors import ResumeError, ResumeWarning
 from loaderfactory.shards import Storage
 from loaderfactory.testing.s3 import S3Server
 
@@ -189,3 +190,55 @@ def test_a_mixture_of_local_and_s3_shards_reads_every_id(
             (s, int(i)) for batch in loader for s, i in zip(batch["source"], batch["cls"], strict=True)
         )
     assert read == Counter([("disk", i) for i in range(24)] + [("s3", i) for i in range(100, 120)])
+
+
+def test_per_source_batches_are_pure_and_their_shares_follow_the_weights() -> None:
+    """Every batch comes from one source; sources' batch counts follow the weights; each source's
+    samples are read once a pass."""
+    dataset = mixture({"samples": 400}, batching="per_source", global_batch=4)
+    with build_loader(config(dataset, shuffle=True)) as loader:
+        batches = list(loader)
+    sources = [set(batch["source"]) for batch in batches]
+    assert all(len(one) == 1 for one in sources)
+    counted = Counter(next(iter(one)) for one in sources)
+    assert {name: counted[name] for name in SIZES} == {"web": 50, "code": 30, "books": 20}
+    for name, read in per_source(draws(batches)).items():
+        assert max(read.values()) - min(read.values()) <= 1 and set(read) == set(range(SIZES[name]))
+
+
+def test_a_changed_mixture_is_refused_unless_asked_then_resumes_with_a_warning() -> None:
+    with build_loader(config(mixture({"samples": 120}))) as first:
+        next(iter(first))
+        state = first.state_dict()
+    reweighted = mixture({"samples": 120})
+    reweighted["sources"]["books"]["weight"] = 6
+    with build_loader(config(reweighted)) as second, pytest.raises(ResumeError) as caught:
+        second.load_state_dict(state)
+    assert "dataset.sources.books.weight: saved 2.0, now 6.0" in str(caught.value)
+    assert "resume.mixture_changes=true" in str(caught.value)
+    with build_loader({**config(reweighted), "resume": {"mixture_changes": True}}) as second:
+        with pytest.warns(ResumeWarning, match=r"dataset.sources.books.weight: saved 2.0, now 6.0"):
+            second.load_state_dict(state)
+        rest = draws(second)
+        placed = [second.dataset.locate(k, epoch=0) for k in range(4, 120)]
+    assert rest == Counter((second.dataset.names[s], i) for s, i in placed)  # the new mixture's rest
+
+
+def test_a_source_moved_elsewhere_resumes_with_the_moved_data_warning(tmp_path: Path) -> None:
+    for folder in ("old", "new"):
+        (tmp_path / folder).mkdir()
+        for index in range(6):
+            torch.save({"index": index, "x": torch.zeros(1)}, tmp_path / folder / f"{index}.pt")
+
+    def moved(root: str) -> dict[str, Any]:
+        dataset = mixture({"samples": 20})
+        dataset["sources"]["books"]["dataset"] = {"kind": "tensor_folder", "root": str(tmp_path / root)}
+        return config(dataset)
+
+    with build_loader(moved("old")) as first:
+        next(iter(first))
+        state = first.state_dict()
+    with build_loader(moved("new")) as second:
+        with pytest.warns(ResumeWarning, match=r"dataset.sources.books.dataset.root: saved .*old"):
+            second.load_state_dict(state)
+        assert sum(draws(second).values()) == 16

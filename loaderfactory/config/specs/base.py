@@ -141,6 +141,11 @@ class Spec(BaseModel):
             inner, rest = inner[int(rest[0])], rest[1:]
         return isinstance(inner, Spec) and inner.is_location(rest, saved, now)
 
+    def is_mix_change(self, path: tuple[str, ...]) -> bool:
+        """Whether a difference at ``path`` only changes how sources are mixed (a mixture's weights or
+        sources), which ``resume.mixture_changes`` lets a state resume across. No field, by default."""
+        return False
+
     @model_validator(mode="wrap")
     @classmethod
     def _one_name_per_field(cls, data: Any, handler: ModelWrapValidatorHandler[Any]) -> Any:

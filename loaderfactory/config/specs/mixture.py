@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import Field, model_validator
 
@@ -61,13 +61,14 @@ class MixtureDatasetSpec(DatasetKindSpec):
     stop: Stop = "all_exhausted"
     """When an epoch ends: first_exhausted (a source was read whole), all_exhausted (every source was; those
     that ran out start a new pass), or {samples: N}. A schedule needs {samples: N}."""
-    batching: Literal["random", "stratified"] = "random"
+    batching: Literal["random", "stratified", "per_source"] = "random"
     """random: each position's source at random, shares exact over every `block` positions; stratified: every
-    global batch holds the shares (to one sample)."""
+    global batch holds the shares (to one sample); per_source: every global batch from one source, shares
+    counted in batches (exact over every `block` batches)."""
     global_batch: Count | None = None
-    """Samples per global step (batch_size × world size): stratified's block, and at: steps' unit."""
+    """Samples per global step (batch_size × world size): the unit of stratified, per_source and at: steps."""
     block: Count = 1024
-    """Positions over which random batching keeps the shares exact."""
+    """Positions (per_source: batches) over which the shares are exact, in a random order."""
     seed: Seed | None = None
     """Seed of the mixing and of the sources' orders; null: the config's seed."""
     shuffle: bool = True
@@ -80,7 +81,7 @@ class MixtureDatasetSpec(DatasetKindSpec):
     @model_validator(mode="after")
     def _weights_make_sense(self) -> MixtureDatasetSpec:
         """Weights are given for every source or none, not all 0; a schedule names known sources, in
-        time order, over epochs of a fixed size; stratified batching and each ``at`` unit have what they need."""
+        time order, over epochs of a fixed size; batching and each ``at`` unit have what they need."""
         problems = self._source_weight_problems() + self._schedule_problems()
         if problems:
             raise broken_rules(type(self).__name__, problems)
@@ -136,10 +137,9 @@ class MixtureDatasetSpec(DatasetKindSpec):
 
     def _unit_problems(self) -> list[tuple[str, str, Any]]:
         problems: list[tuple[str, str, Any]] = []
-        if self.batching == "stratified" and self.global_batch is None:
-            problems.append(
-                ("global_batch", "stratified batching needs the global batch (batch_size × world size)", None)
-            )
+        if self.batching != "random" and self.global_batch is None:
+            told = f"{self.batching} batching needs the global batch (batch_size × world size)"
+            problems.append(("global_batch", told, None))
         if self.weights is not None and self.at == "steps" and self.global_batch is None:
             problems.append(
                 ("global_batch", "at: steps needs the samples per step (batch_size × world size)", None)
@@ -148,9 +148,30 @@ class MixtureDatasetSpec(DatasetKindSpec):
             problems.append(("run_samples", "at: fraction needs the run's length in samples", None))
         return problems
 
+    mix_fields: ClassVar[frozenset[str]] = frozenset({"weights", "at", "interpolate", "run_samples"})
+    """Fields that only change how the sources are mixed (with each source's ``weight``, and the
+    sources themselves: one added or removed)."""
+
+    def is_mix_change(self, path: tuple[str, ...]) -> bool:
+        """A source's weight, a source added or removed, or the schedule."""
+        if path[:1] == ("sources",):
+            return len(path) == 2 or (len(path) == 3 and path[2] == "weight")
+        return bool(path) and path[0] in self.mix_fields
+
+    def is_location(self, path: tuple[str, ...], saved: str, now: str) -> bool:
+        """Also a location inside a source's dataset (``sources.<name>.dataset.<field>``)."""
+        if len(path) > 3 and path[0] == "sources" and path[2] == "dataset" and path[1] in self.sources:
+            inner = self.sources[path[1]].dataset
+            return isinstance(inner, Spec) and inner.is_location(path[3:], saved, now)
+        return super().is_location(path, saved, now)
+
     def mixing_block(self) -> int:
-        """Positions whose shares are exact: the global batch when stratified, else ``block``."""
+        """Units whose shares are exact: the global batch when stratified, else ``block``."""
         return self.global_batch if self.batching == "stratified" and self.global_batch else self.block
+
+    def mixing_unit(self) -> int:
+        """Positions taken from one source at a time: the global batch for per_source, else 1."""
+        return self.global_batch if self.batching == "per_source" and self.global_batch else 1
 
     def timeline_at(self, at: float) -> int:
         """A schedule point's ``at`` as a position on the timeline (samples over all epochs)."""

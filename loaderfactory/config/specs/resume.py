@@ -18,3 +18,6 @@ class ResumeSpec(Spec):
     """Refuse a state whose data location differs too, as any other difference."""
     locations: list[str] = []
     """More config paths that only say where the data lives (`dataset._args_.0`): they may differ too."""
+    mixture_changes: bool = False
+    """Resume a mixture whose weights, schedule or sources changed, from the saved position, with a
+    ResumeWarning naming each change (refused otherwise)."""

@@ -1,0 +1,83 @@
+"""A mixture's arithmetic: how long an epoch is, and which source and draw each position holds.
+
+Positions are taken in units: one position each (``random`` and ``stratified`` batching), or one
+global batch each (``per_source``: every batch from one source). The schedule counts units along a
+timeline that runs on over epochs when the weights change with time, and starts again each epoch
+when they are fixed (every epoch then holds the same counts).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from loaderfactory.mixture.blocks import Blocks
+from loaderfactory.mixture.counts import Counts
+from loaderfactory.mixture.epochs import Stop, epoch_length
+from loaderfactory.mixture.schedule import Interpolate, segments
+
+
+class Timeline:
+    """Each epoch's positions: their sources and draw numbers, and each source's draws and target.
+
+    Args:
+        points: ``(at, weights)`` along the run, ``at`` in positions (samples), weights per source.
+        interpolate: ``hold`` or ``linear`` between points.
+        stop: the epoch's end (:data:`~loaderfactory.mixture.epochs.Stop`).
+        sizes: samples in each source.
+        block: units whose counts are exact, arranged at random.
+        seed: the arrangements' seed.
+        unit: positions per unit (a global batch for ``per_source`` batching, else 1).
+    """
+
+    def __init__(
+        self,
+        points: Sequence[tuple[int, Sequence[float]]],
+        interpolate: Interpolate,
+        stop: Stop,
+        sizes: Sequence[int],
+        block: int,
+        seed: int,
+        unit: int = 1,
+    ) -> None:
+        self.unit = unit
+        self.segments = segments([(at // unit, weights) for at, weights in points], interpolate)
+        self.scheduled = len(self.segments.starts) > 1
+        self.counts = Counts(self.segments)
+        if isinstance(stop, int):
+            self.length = stop
+        else:
+            in_units = [-(-size // unit) for size in sizes]
+            self.length = epoch_length(self.counts, in_units, self.segments.weights[0], stop) * unit
+        self.units = -(-self.length // unit)
+        self.blocks = Blocks(self.counts, block, seed)
+
+    def start(self, epoch: int) -> int:
+        """The unit ``epoch`` starts at on the timeline (0 for fixed weights: every epoch alike)."""
+        return epoch * self.units if self.scheduled else 0
+
+    def locate(self, epoch: int, position: int) -> tuple[int, int]:
+        """``(source, draw)``: the source ``position`` of ``epoch`` reads, and how many draws of that
+        source the epoch made before it."""
+        unit, offset = divmod(position, self.unit)
+        block = self.blocks.find(epoch, self.start(epoch), self.units, unit)
+        at = unit - block.start
+        return int(block.sources[at]), int(block.draws[at]) * self.unit + offset
+
+    def drawn(self, epoch: int, position: int) -> np.ndarray:
+        """Samples each source gives in the first ``position`` positions of ``epoch``."""
+        unit, offset = divmod(position, self.unit)
+        start = self.start(epoch)
+        at = self.counts.at(np.asarray([start, start + unit]))
+        drawn: np.ndarray = (at[1] - at[0]) * self.unit
+        if offset:
+            drawn[self.locate(epoch, unit * self.unit)[0]] += offset
+        return drawn
+
+    def target(self, epoch: int, position: int) -> np.ndarray:
+        """What the weights ask of each source over the first ``position`` positions of ``epoch``."""
+        unit, offset = divmod(position, self.unit)
+        start = self.start(epoch)
+        whole = self.segments.expected(start + unit) - self.segments.expected(start)
+        return whole * self.unit + offset * self.segments.at(start + unit)  # type: ignore[no-any-return]
