@@ -42,6 +42,8 @@ class Plan:
     batch_bytes: int | None = None
     shards: dict[str, Any] | None = None
     """A shards dataset's figures (:func:`loaderfactory.shards.plan.shards_plan`); None: not one."""
+    mixture: dict[str, Any] | None = None
+    """A mixture's figures (:func:`loaderfactory.mixture.plan.mixture_plan`); None: not one."""
 
     @property
     def total_bytes(self) -> int:
@@ -57,11 +59,14 @@ class Plan:
             "total_bytes": self.total_bytes,
             "slots": [s.__dict__ for s in self.slots],
             **({"shards": self.shards} if self.shards is not None else {}),
+            **({"mixture": self.mixture} if self.mixture is not None else {}),
         }
 
 
 def make_plan(loader: Loader) -> Plan:
     """The plan of a built, not yet iterated ``loader``."""
+    from loaderfactory.mixture.dataset import MixtureDataset
+    from loaderfactory.mixture.plan import mixture_plan
     from loaderfactory.shards.find import find_shards
     from loaderfactory.shards.plan import mean_sample_bytes, shards_plan
 
@@ -93,6 +98,8 @@ def make_plan(loader: Loader) -> Plan:
             batch_size=per_batch,
             shuffled=_shuffled(loader),
         )
+    if isinstance(dataset, MixtureDataset):
+        plan.mixture = mixture_plan(dataset)
     return plan
 
 
@@ -156,6 +163,10 @@ def format_plan(plan: Plan) -> str:
         from loaderfactory.shards.plan import format_shards_plan
 
         lines += format_shards_plan(plan.shards, plan.batches_per_epoch)
+    if plan.mixture is not None:
+        from loaderfactory.mixture.plan import format_mixture_plan
+
+        lines += format_mixture_plan(plan.mixture)
     return "\n".join(lines)
 
 

@@ -33,6 +33,10 @@ def format_report(summary: dict[str, Any]) -> str:
         if key in summary
     ]
     rows += _shards_rows(summary.get("shards"))
+    rows += [
+        (f"mixture {name}: drawn / target", f"{figures['drawn']} / {figures['target']}")
+        for name, figures in (summary.get("mixture") or {}).items()
+    ]
     width = max((len(label) for label, _ in rows), default=0)
     lines = [f"{label:<{width}}  {value}".rstrip() for label, value in rows]
     if summary.get("interrupted"):

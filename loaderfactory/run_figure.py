@@ -6,7 +6,8 @@ without a loader. Its panels, top to bottom, each only where the run has what it
 - the wait for each batch over time, on a log axis (always);
 - the seconds each timed stage took (when a component beyond the consumer times one);
 - the queue's fill in items and bytes, against its capacity and RAM budget (runs with a queue);
-- shards opened and fetched over time (runs reading shards).
+- shards opened and fetched over time (runs reading shards);
+- each source's share of a mixture over the steps, against its target (runs reading a mixture).
 
 The title names the config's key facts and the share of the run spent waiting for data.
 """
@@ -19,6 +20,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
+
+from loaderfactory.mixture.shares import SharesOverSteps, draw_shares
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -72,6 +75,7 @@ class RunRecord:
     stages: Mapping[str, float] = field(default_factory=dict)
     queue: QueueFill | None = None
     shards: ShardReads | None = None
+    mixture: SharesOverSteps | None = None
 
     @property
     def wait_total_s(self) -> float:
@@ -95,6 +99,9 @@ def build_run_figure(record: RunRecord) -> Figure:
         panels.append((True, lambda ax: _draw_queue(ax, queue)))
     if shards is not None and len(shards.times):
         panels.append((True, lambda ax: _draw_shards(ax, shards)))
+    mixture = record.mixture
+    if mixture is not None and len(mixture.steps):
+        panels.append((False, lambda ax: draw_shares(ax, mixture)))
     fig = Figure(figsize=(9, 1.2 + 2.6 * len(panels)), layout="constrained")
     first: Axes | None = None  # the panels over time share their time axis
     for row, (over_time, draw) in enumerate(panels, start=1):

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from loaderfactory.gauges import Gauge, Readings
+from loaderfactory.mixture.shares import SharesOverSteps, shares_over_steps
 from loaderfactory.run_figure import QueueFill, RunRecord, ShardReads, save_run_figure
 
 if TYPE_CHECKING:
@@ -63,7 +64,22 @@ def run_record(loader: Loader, summary: Mapping[str, Any], readings: Mapping[str
         stages=_stages(loader, summary.get("shards")),
         queue=_queue_fill(readings.get(QUEUE_GAUGE), origin),
         shards=_shard_reads(readings.get(SHARDS_GAUGE), origin),
+        mixture=_mixture_shares(loader, len(arrivals)),
     )
+
+
+def _mixture_shares(loader: Loader, steps: int) -> SharesOverSteps | None:
+    """A mixture's shares over the run's steps (all ranks' samples a step, from the loader's length)."""
+    from loaderfactory.mixture.dataset import MixtureDataset
+
+    dataset = loader.dataset
+    if not isinstance(dataset, MixtureDataset) or steps == 0:
+        return None
+    try:
+        per_step = -(-len(dataset) // max(len(loader), 1))
+    except TypeError:  # an unsized stage after it
+        return None
+    return shares_over_steps(dataset, per_step, steps)
 
 
 def write_figure(record: RunRecord, report: Path) -> Path:

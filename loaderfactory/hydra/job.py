@@ -95,6 +95,9 @@ class _Run:
             shards = _shards_figures(self.loader)
             if shards is not None:
                 summary["shards"] = shards
+            mixture = _mixture_figures(self.loader)
+            if mixture is not None:
+                summary["mixture"] = mixture
         summary["config"] = spec.model_dump(mode="json", by_alias=True)
         if self.stopped is not None:
             summary.update(interrupted=True, stage=self.stopped, built=self.built)
@@ -103,6 +106,25 @@ class _Run:
             if summary["batches"] == 0:  # stopped before the first batch: no rate to speak of
                 summary.update(batches_per_s=0.0, items_per_s=0.0)
         return summary
+
+
+def _mixture_figures(loader: Loader) -> dict[str, Any] | None:
+    """Each mixture source's samples drawn and its target, since the run began."""
+    from loaderfactory.mixture.dataset import MixtureDataset
+
+    dataset = loader.dataset
+    if not isinstance(dataset, MixtureDataset):
+        return None
+    try:
+        per_step = -(-len(dataset) // max(len(loader), 1))
+    except TypeError:  # an unsized stage after it: no position to tell
+        return None
+    position = min(loader.batches_in_epoch * per_step, len(dataset))
+    shares = dataset.shares(loader.epoch, position)
+    return {
+        name: {"drawn": figures["drawn_since_start"], "target": round(figures["target_since_start"], 1)}
+        for name, figures in shares.items()
+    }
 
 
 def interrupted_early(out_dir: Path, report_name: str, config: dict[str, Any]) -> Interrupted:
