@@ -10,13 +10,14 @@ import inspect
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any
+from typing import Any, ClassVar
 
 from loaderfactory.errors import ConfigError, ResumeError
 from loaderfactory.factory import build_loader
 from loaderfactory.intake import at_root
 from loaderfactory.lightning._epochs import Epochs
 from loaderfactory.lightning._reread import LengthReread
+from loaderfactory.lightning._shares import ShareLogging
 from loaderfactory.lightning._stages import (
     STAGES,
     Stage,
@@ -67,6 +68,10 @@ class DataModuleCore:
         val_dataset: the validation stage's dataset, in place of ``dataset``.
         test_dataset: the test stage's dataset, in place of ``dataset``.
         predict_dataset: the prediction stage's dataset, in place of ``dataset``.
+        log_shares: while fitting over a mixture (``dataset: {kind: mixture}``), log each source's
+            share of the samples the epoch drew so far and its target share after every training
+            step, as ``mixture/<name>/share`` and ``mixture/<name>/target`` (through a callback the
+            module adds to the trainer for the fit); costs well under a millisecond a step.
 
     Raises:
         ConfigError: every problem of every stage config, named from the app's root; an argument the
@@ -74,10 +79,13 @@ class DataModuleCore:
 
     Warns:
         UserWarning: once, naming each stage that sets its own value of ``batch_size``,
-            ``num_workers`` or ``pin_memory`` other than the module's, which it then does not use.
+            ``num_workers`` or ``pin_memory`` other than the module's, which it then does not use;
+            with ``log_shares``, when a fit starts over a train dataset that is no mixture.
     """
 
     trainer: Any
+    share_logger: ClassVar[type[ShareLogging]]
+    """The callback ``log_shares`` adds: each package's class sets its own, a ``Callback`` of that package."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """An argument ``__init__`` does not take is a ConfigError at its path in the app's config
@@ -107,6 +115,7 @@ class DataModuleCore:
         val_dataset: Any = None,
         test_dataset: Any = None,
         predict_dataset: Any = None,
+        log_shares: bool = False,
     ) -> None:
         super().__init__()
         configs: dict[Stage, Any] = {"train": train, "val": val, "test": test, "predict": predict}
@@ -118,11 +127,12 @@ class DataModuleCore:
         self._stages, self._root = take_in_stages(configs, with_dataset, config_path)
         self._shared: dict[str, Any] = {"batch_size": batch_size, "num_workers": num_workers}
         self._shared["pin_memory"] = pin_memory
-        self.specs = resolve(self._stages, self._shared, self._root)
+        self.specs = resolve(self._stages, self._shared, self._root, flags={"log_shares": log_shares})
+        self.log_shares = log_shares
         ignored = ignored_shared(self._stages, self._shared, self._root)
         if ignored:
             warnings.warn(ignored, UserWarning, stacklevel=2)
-        hparams: dict[str, Any] = {**self._shared}
+        hparams: dict[str, Any] = {**self._shared, "log_shares": log_shares}
         hparams.update({stage: plain_for_hparams(config) for stage, config in self._stages.items()})
         self.save_hyperparameters(hparams)  # type: ignore[attr-defined]  # Lightning's mixin, beside this one
         self._epochs: dict[Stage, Epochs] = {}
@@ -171,6 +181,8 @@ class DataModuleCore:
         for name in _STAGES_OF.get(stage, ()):
             if name in self.specs:
                 self._get(name)
+        if stage == "fit" and self.log_shares and "train" in self.specs:
+            self._add_share_logger()
 
     def train_dataloader(self) -> Any:
         epochs = self._get("train")
@@ -190,6 +202,7 @@ class DataModuleCore:
         """Close the loaders ``stage`` used; the next use builds them again."""
         if stage == "fit":
             self._reread.end()
+            self._remove_share_logger()
         for name in _STAGES_OF.get(stage, ()):
             epochs = self._epochs.pop(name, None)
             if epochs is None:
@@ -200,8 +213,9 @@ class DataModuleCore:
 
     def on_exception(self, exception: BaseException) -> None:
         """A fit that failed gives the trainer its own ``reload_dataloaders_every_n_epochs`` back
-        (Lightning calls no ``teardown`` then)."""
+        (Lightning calls no ``teardown`` then), and takes the share logger off it."""
         self._reread.end()
+        self._remove_share_logger()
 
     def state_dict(self) -> dict[str, Any]:
         """The train loader's position (``Loader.state_dict()``), saved in every checkpoint."""
@@ -240,6 +254,29 @@ class DataModuleCore:
             if stage in ("train", "val") and self._overfitting():
                 self._replay(stage, epochs)
         return epochs
+
+    def _add_share_logger(self) -> None:
+        """Add the share logger in front of the trainer's callbacks (before a checkpoint's, which may
+        monitor a share), or warn that the train dataset has no shares to log."""
+        callbacks = getattr(getattr(self, "trainer", None), "callbacks", None)
+        if not isinstance(callbacks, list) or any(isinstance(c, ShareLogging) for c in callbacks):
+            return  # no trainer (the module used by itself), or added already
+        dataset = self._epochs["train"].loader.dataset
+        if not callable(getattr(dataset, "shares", None)):
+            warnings.warn(
+                f"{self._root + '.' if self._root else ''}log_shares: the train dataset is a "
+                f"{type(dataset).__name__}, not a mixture, so there are no shares to log; "
+                "set log_shares to false, or train on a dataset of kind mixture",
+                UserWarning,
+                stacklevel=3,
+            )
+            return
+        callbacks.insert(0, self.share_logger())
+
+    def _remove_share_logger(self) -> None:
+        callbacks = getattr(getattr(self, "trainer", None), "callbacks", None)
+        if isinstance(callbacks, list):
+            callbacks[:] = [c for c in callbacks if not isinstance(c, ShareLogging)]
 
     def _overfitting(self) -> bool:
         overfit: float = getattr(self.trainer, "overfit_batches", 0.0)

@@ -66,10 +66,14 @@ def take_in_stages(
 
 
 def resolve(
-    stages: Mapping[Stage, StageConfig], shared: Mapping[str, Any], module_root: str
+    stages: Mapping[Stage, StageConfig],
+    shared: Mapping[str, Any],
+    module_root: str,
+    flags: Mapping[str, Any] | None = None,
 ) -> dict[Stage, LoaderSpec]:
-    """The spec of every stage with the shared arguments filled in; one ConfigError for all problems."""
-    problems = _check_shared(shared, module_root)
+    """The spec of every stage with the shared arguments filled in; one ConfigError for all problems,
+    those of the module's on/off arguments (``flags``, each a bool) among them."""
+    problems = _check_shared(shared, module_root) + _check_flags(flags or {}, module_root)
     broken = {problem.path.rpartition(".")[2] for problem in problems}
     shared = {name: value for name, value in shared.items() if name not in broken}  # reported once, above
     specs: dict[Stage, LoaderSpec] = {}
@@ -185,6 +189,14 @@ def _check_shared(shared: Mapping[str, Any], module_root: str) -> list[ConfigPro
             ConfigProblem(_join(module_root, p.path.removeprefix("loader.")), p.message) for p in err.problems
         ]
     return []
+
+
+def _check_flags(flags: Mapping[str, Any], module_root: str) -> list[ConfigProblem]:
+    return [
+        ConfigProblem(_join(module_root, name), f"must be true or false, got {reprlib.repr(value)}")
+        for name, value in flags.items()
+        if not isinstance(value, bool)
+    ]
 
 
 def _plain(config: Any) -> dict[str, Any] | LoaderSpec:
