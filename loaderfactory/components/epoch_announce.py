@@ -11,10 +11,15 @@ before the worker reads that batch. A dataset in a worker reads :func:`announced
 wrappers (torch's ``Subset``, a user's) need not forward anything.
 
 A tag costs its three ints in each pickled batch; unpickled, the batch is a plain ``list`` again.
+A dataset that reads another one pass at a time (a mixture) tells it that pass with
+:func:`reading_as`, which wins over the announced epoch, in the main process too.
 """
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any, NamedTuple
 
 
@@ -78,3 +83,27 @@ def _unpickle_batch(indices: list[Any], seed: int, epoch: int, shuffled: bool) -
 def _unpickle_index(index: int, seed: int, epoch: int, shuffled: bool) -> int:
     announce(EpochTag(seed, epoch, shuffled))
     return index
+
+
+_told = threading.local()
+
+
+@contextmanager
+def reading_as(tag: EpochTag) -> Iterator[None]:
+    """Within the block, this thread reads datasets as of ``tag``, in any process: a mixture reading
+    one pass of its source tells the source that pass, workers or not."""
+    previous = getattr(_told, "tag", None)
+    _told.tag = tag
+    try:
+        yield
+    finally:
+        _told.tag = previous
+
+
+def reading_tag(in_worker: bool) -> EpochTag | None:
+    """The epoch a dataset reads as now: the one :func:`reading_as` tells this thread, else, in a
+    DataLoader worker, the one its batches announce; None: the dataset's own."""
+    told: EpochTag | None = getattr(_told, "tag", None)
+    if told is not None:
+        return told
+    return announced() if in_worker else None

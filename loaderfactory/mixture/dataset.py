@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
-from loaderfactory.components.epoch_announce import announced
+from loaderfactory.components.epoch_announce import EpochTag, reading_as, reading_tag
 from loaderfactory.components.order_forwarding import order_of
 from loaderfactory.mixture.epochs import Stop, passes
 from loaderfactory.mixture.schedule import Interpolate
@@ -126,45 +126,45 @@ class MixtureDataset(Dataset[Any]):
         }
 
     def _current_epoch(self) -> int:
-        if get_worker_info() is not None:
-            tag = announced()
-            if tag is not None:
-                return tag.epoch
-        return self.epoch
+        tag = reading_tag(in_worker=get_worker_info() is not None)
+        return self.epoch if tag is None else tag.epoch
 
     # -- reading ------------------------------------------------------------------------------------
 
     def locate(self, position: int, epoch: int | None = None) -> tuple[int, int]:
         """``(source, sample index in it)`` that ``position`` of ``epoch`` (the current one) reads."""
+        source, _, index = self.place(position, epoch)
+        return source, index
+
+    def place(self, position: int, epoch: int | None = None) -> tuple[int, int, int]:
+        """``(source, pass number, sample index)`` that ``position`` of ``epoch`` reads: the pass
+        number is the source's epoch as the mixture reads it (``epoch * PASS_STRIDE + pass``)."""
         if not 0 <= position < self.length:
             raise IndexError(f"mixture position {position} out of range [0, {self.length})")
         epoch = self._current_epoch() if epoch is None else epoch
         source, draw = self.timeline.locate(epoch, position)
         size = self.sizes[source]
-        return source, int(self._order(source, epoch * PASS_STRIDE + draw // size)[draw % size])
+        pass_number = epoch * PASS_STRIDE + draw // size
+        return source, pass_number, int(self._order(source, pass_number)[draw % size])
 
     def __getitem__(self, position: int) -> Any:
-        source, index = self.locate(position)
-        return self._labelled(source, index, self._read(source, index, position))
+        return self.__getitems__([position])[0]
 
     def __getitems__(self, positions: Sequence[int]) -> list[Any]:
-        """The items at ``positions``, each source's read at once (its ``__getitems__`` where it has one)."""
-        located = [self.locate(int(p)) for p in positions]
-        items: list[Any] = [None] * len(located)
-        for source in sorted({s for s, _ in located}):
-            slots = [n for n, (s, _) in enumerate(located) if s == source]
-            indices = [located[n][1] for n in slots]
-            read = self._read_many(source, indices, [int(positions[n]) for n in slots])
+        """The items at ``positions``: each source's read at once per pass (its ``__getitems__`` where
+        it has one), told that pass as its epoch, in this process or a worker alike."""
+        placed = [self.place(int(p)) for p in positions]
+        groups: dict[tuple[int, int], list[int]] = {}
+        for n, (source, pass_number, _) in enumerate(placed):
+            groups.setdefault((source, pass_number), []).append(n)
+        items: list[Any] = [None] * len(placed)
+        for (source, pass_number), slots in groups.items():
+            indices = [placed[n][2] for n in slots]
+            with reading_as(EpochTag(self._source_seeds[source], pass_number, self.shuffle)):
+                read = self._read_many(source, indices, [int(positions[n]) for n in slots])
             for n, item, index in zip(slots, read, indices, strict=True):
                 items[n] = self._labelled(source, index, item)
         return items
-
-    def _read(self, source: int, index: int, position: int) -> Any:
-        try:
-            return self.sources[source][index]
-        except Exception as error:
-            error.add_note(self._where(source, [index], [position]))
-            raise
 
     def _read_many(self, source: int, indices: list[int], positions: list[int]) -> list[Any]:
         dataset = self.sources[source]

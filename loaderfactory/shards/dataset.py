@@ -12,7 +12,7 @@ from typing import Any
 
 from torch.utils.data import Dataset, get_worker_info
 
-from loaderfactory.components.epoch_announce import EpochTag, announced
+from loaderfactory.components.epoch_announce import EpochTag, reading_tag
 from loaderfactory.shards.dataset_settings import (
     check_arguments,
     check_cache_limit,
@@ -293,11 +293,11 @@ class ShardsDataset(Dataset[dict[str, Any]]):
         return reader if reader is not None and reader.pid == os.getpid() else None
 
     def _reading(self) -> ShardReader:
-        """The reader, after taking up the epoch announced to this DataLoader worker, if it changed."""
-        if get_worker_info() is not None:
-            tag = announced()
-            if tag is not None and tag != self.epoch_tag:
-                self._read_epoch(tag)
+        """The reader, after taking up the epoch announced to this DataLoader worker (or told by a
+        mixture reading this dataset), if it changed."""
+        tag = reading_tag(in_worker=get_worker_info() is not None)
+        if tag is not None and tag != self.epoch_tag:
+            self._read_epoch(tag)
         return self.reader()
 
     def __getitem__(self, index: int) -> Any:

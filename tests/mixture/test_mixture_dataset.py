@@ -10,9 +10,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
-from shards_data import id_samples, tar_bytes, write_tar_shards
+from shards_data import id_samples, npy_bytes, tar_bytes, write_tar_shards
 
 from loaderfactory import build_loader
 from loaderfactory.errors import ResumeError, ResumeWarning
@@ -242,3 +243,55 @@ def test_a_source_moved_elsewhere_resumes_with_the_moved_data_warning(tmp_path: 
         with pytest.warns(ResumeWarning, match=r"dataset.sources.books.dataset.root: saved .*old"):
             second.load_state_dict(state)
         assert sum(draws(second).values()) == 16
+
+
+def float_shards(folder: Path, first: int, count: int) -> str:
+    """One tar shard of samples whose ``npy`` is a float vector of the id (noise shows on it)."""
+    folder.mkdir(parents=True)
+    samples = [
+        {"__key__": f"s{i:06d}".encode(), "cls": str(i).encode(), "npy": npy_bytes(np.full(3, i, np.float32))}
+        for i in range(first, first + count)
+    ]
+    (folder / "train-000000.tar").write_bytes(tar_bytes(samples))
+    return f"{folder}/"
+
+
+def test_sources_read_the_same_items_and_random_draws_in_workers_and_without(tmp_path: Path) -> None:
+    """A mixture inside a mixture, and a shards source with a random transform: each source is told
+    the pass it is read in, so worker processes read what the main process reads, epoch after epoch."""
+    noisy = {
+        "kind": "shards",
+        "urls": float_shards(tmp_path / "noisy", 0, 24),
+        "transforms": {"kind": "gaussian_noise", "std": 1.0, "apply_on": ["npy"]},
+    }
+    inner = {
+        "kind": "mixture",
+        "sources": {
+            "low": {"dataset": {"kind": "shards", "urls": float_shards(tmp_path / "low", 100, 10)}},
+            "high": {"dataset": {"kind": "shards", "urls": float_shards(tmp_path / "high", 200, 30)}},
+        },
+        "stop": {"samples": 16},
+    }
+    dataset = {
+        "kind": "mixture",
+        "sources": {"noisy": {"dataset": noisy}, "inner": {"dataset": inner}},
+        "stop": {"samples": 48},
+        "source_key": "source",
+    }
+
+    def epochs(workers: int) -> list[list[tuple[str, int, list[float]]]]:
+        with build_loader(config(dataset, workers, shuffle=True)) as loader:
+            return [
+                [
+                    (s, int(i), [round(v, 5) for v in x.tolist()])
+                    for batch in loader
+                    for s, i, x in zip(batch["source"], batch["cls"], batch["npy"], strict=True)
+                ]
+                for _ in range(2)
+            ]
+
+    alone, in_workers = epochs(0), epochs(2)
+    assert alone == in_workers
+    assert alone[0] != alone[1]  # new passes: new orders and new noise
+    noisy_values = [x for s, i, x in alone[0] if s == "noisy"]
+    assert all(len(set(x)) == 3 for x in noisy_values)  # the noise was drawn
