@@ -23,9 +23,11 @@ function of its arguments: the same on every rank, in every process, after every
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
+
+import numpy as np
 
 from loaderfactory.components.epoch_announce import EpochTag
 from loaderfactory.components.order_forwarding import order_of, order_source
@@ -48,7 +50,7 @@ class OrderedDataset(Protocol):
     def epoch_order(self, seed: int, epoch: int) -> Sequence[int]: ...
 
 
-def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any = None) -> list[int]:
+def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any = None) -> Sequence[int]:
     """The epoch's global sequence of indices: the same on every rank for the same arguments.
 
     Args:
@@ -64,37 +66,41 @@ def epoch_order(length: int, seed: int, epoch: int, shuffle: bool, dataset: Any 
         numbered = getattr(dataset, "set_epoch", None)
         if callable(numbered):
             numbered(epoch)
-        return list(range(length))
+        return range(length)  # lazy: an epoch of 10^8 items costs nothing to order
     own = order_of(dataset)
     if own is not None:
-        order = [int(i) for i in own(seed, epoch)]
-        if sorted(order) != list(range(length)):
+        given = own(seed, epoch)
+        if isinstance(given, range) and given == range(length):  # a dataset that orders itself (a mixture)
+            return given
+        order = np.asarray(given, dtype=np.int64).reshape(-1)
+        if order.size != length or (length and np.bincount(order, minlength=length).max(initial=0) != 1):
             raise ValueError(
                 f"{type(dataset).__name__}.epoch_order({seed}, {epoch}) must return a permutation of "
-                f"range({length}); got {len(order)} indices"
+                f"range({length}); got {order.size} indices"
             )
-        return order
+        return order.tolist()
     return permutation(length, seed, epoch)
 
 
 def rank_part(
     sequence: Sequence[Any], rank: int, world_size: int, balance: Balance = "pad", start: int = 0
-) -> list[Any]:
+) -> Sequence[Any]:
     """What ``rank`` of ``world_size`` takes of ``sequence[start:]``: every ``world_size``-th entry.
 
     ``pad`` wraps around from ``sequence[0]`` (not from ``start``) until the rest divides by
     ``world_size``, so resuming at the same world size takes exactly what an unbroken epoch would.
+    A ``range`` stays a ``range`` unless padded: ordering a long unshuffled epoch builds no list.
     """
     if not 0 <= rank < world_size:
         raise ValueError(f"rank must be in [0, {world_size}), got {rank}")
-    rest = list(sequence[start:])
+    rest: Sequence[Any] = sequence[start:]
     if world_size == 1:
-        return rest
+        return rest if isinstance(rest, range) else list(rest)
     extra = len(rest) % world_size
     if balance == "drop" and extra:
         rest = rest[: len(rest) - extra]
     elif balance == "pad" and extra:
-        rest += [sequence[i % len(sequence)] for i in range(world_size - extra)]
+        rest = [*rest, *(sequence[i % len(sequence)] for i in range(world_size - extra))]
     return rest[rank::world_size]
 
 
@@ -109,8 +115,13 @@ def rank_count(length: int, rank: int, world_size: int, balance: Balance = "pad"
 
 def batches(indices: Sequence[int], batch_size: int, drop_last: bool) -> list[list[int]]:
     """``indices`` cut into batches of ``batch_size``; the short last one dropped with ``drop_last``."""
+    return list(iter_batches(indices, batch_size, drop_last))
+
+
+def iter_batches(indices: Sequence[int], batch_size: int, drop_last: bool) -> Iterator[list[int]]:
+    """:func:`batches`, one at a time: a long epoch's batches are made as they are taken."""
     end = len(indices) - len(indices) % batch_size if drop_last else len(indices)
-    return [list(indices[i : i + batch_size]) for i in range(0, end, batch_size)]
+    return (list(indices[i : i + batch_size]) for i in range(0, end, batch_size))
 
 
 def batch_count(items: int, batch_size: int, drop_last: bool) -> int:
@@ -142,7 +153,7 @@ class RankOrder:
     dataset: Any = None
     """Offers its own shuffled order when it is an :class:`OrderedDataset`."""
 
-    def sequence(self, epoch: int) -> list[int]:
+    def sequence(self, epoch: int) -> Sequence[int]:
         """The epoch's global sequence (:func:`epoch_order`)."""
         return epoch_order(self.length, self.seed, epoch, self.shuffle, self.dataset)
 
@@ -152,7 +163,7 @@ class RankOrder:
         own = self.shuffle and order_source(self.dataset) != "uniform"
         return EpochTag(self.seed, epoch, own)
 
-    def part(self, sequence: Sequence[Any], start: int = 0) -> list[Any]:
+    def part(self, sequence: Sequence[Any], start: int = 0) -> Sequence[Any]:
         """This rank's part of ``sequence[start:]`` (:func:`rank_part`)."""
         return rank_part(sequence, self.rank, self.world_size, self.balance, start)
 

@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import Sampler
 
 from loaderfactory.components.epoch_announce import TaggedBatch, TaggedIndex
-from loaderfactory.components.order import RankOrder, advance, batch_count, batches
+from loaderfactory.components.order import RankOrder, advance, batch_count, iter_batches
 
 _GOLDEN = 0x9E3779B97F4A7C15
 
@@ -61,7 +61,7 @@ class ResumableSampler(Sampler[Any]):
         tag = order.tag(self.epoch)
         if self.batch_size is None:
             return (TaggedIndex(index, tag) for index in mine)
-        return (TaggedBatch(batch, tag) for batch in batches(mine, self.batch_size, self.drop_last))
+        return (TaggedBatch(batch, tag) for batch in iter_batches(mine, self.batch_size, self.drop_last))
 
 
 class ReplayedSampler(Sampler[Any]):

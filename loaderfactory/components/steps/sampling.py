@@ -172,8 +172,8 @@ class ShardPlanner:
         if self.batch_sampler is not None:
             _set_epoch(self.batch_sampler, epoch)
             steps: list[Step] = [_as_step(s) for s in self.batch_sampler]
-            mine = self.order.part(steps)
-            return EpochPlan(epoch, mine[start:], [], [], start, start, 1, len(mine))
+            taken = list(self.order.part(steps))
+            return EpochPlan(epoch, taken[start:], [], [], start, start, 1, len(taken))
         assert self.batch_size is not None  # the loader checks this on construction
         pool = [*carry, *self._order(epoch)]
         per_step = self.batch_size * self.num_shards
@@ -239,7 +239,7 @@ class ShardPlanner:
             )
         return None
 
-    def _order(self, epoch: int) -> list[int]:
+    def _order(self, epoch: int) -> Sequence[int]:
         if self.sampler is not None:
             _set_epoch(self.sampler, epoch)
             return [int(i) for i in self.sampler]
