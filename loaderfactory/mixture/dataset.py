@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import zlib
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
@@ -61,6 +62,7 @@ class MixtureDataset(Dataset[Any]):
         self.names = list(sources)
         self.sources = [sources[name] for name in self.names]
         self.sizes = [len(source) for source in self.sources]
+        self._sizes = np.asarray(self.sizes, dtype=np.int64)
         points = [(int(at), [float(w.get(name, 0.0)) for name in self.names]) for at, w in weights]
         self.timeline = Timeline(points, interpolate, stop, self.sizes, block, seed, unit)
         self.length = self.timeline.length
@@ -133,19 +135,31 @@ class MixtureDataset(Dataset[Any]):
 
     def locate(self, position: int, epoch: int | None = None) -> tuple[int, int]:
         """``(source, sample index in it)`` that ``position`` of ``epoch`` (the current one) reads."""
-        source, _, index = self.place(position, epoch)
-        return source, index
+        sources, _, indices = self.place([position], epoch)
+        return int(sources[0]), int(indices[0])
 
-    def place(self, position: int, epoch: int | None = None) -> tuple[int, int, int]:
-        """``(source, pass number, sample index)`` that ``position`` of ``epoch`` reads: the pass
-        number is the source's epoch as the mixture reads it (``epoch * PASS_STRIDE + pass``)."""
-        if not 0 <= position < self.length:
+    def place(
+        self, positions: Sequence[int] | np.ndarray, epoch: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """For each of ``positions`` of ``epoch`` (the current one): its source, the pass number the
+        source is read in (its epoch, as the mixture tells it: ``epoch * PASS_STRIDE + pass``) and
+        the sample index, as arrays."""
+        at = np.asarray(positions, dtype=np.int64).reshape(-1)
+        outside = (at < 0) | (at >= self.length)
+        if outside.any():
+            position = int(at[int(np.argmax(outside))])
             raise IndexError(f"mixture position {position} out of range [0, {self.length})")
         epoch = self._current_epoch() if epoch is None else epoch
-        source, draw = self.timeline.locate(epoch, position)
-        size = self.sizes[source]
-        pass_number = epoch * PASS_STRIDE + draw // size
-        return source, pass_number, int(self._order(source, pass_number)[draw % size])
+        sources, draws = self.timeline.locate(epoch, at)
+        sizes = self._sizes[sources]
+        passes, within = np.divmod(draws, sizes)
+        indices = np.empty_like(draws)
+        keys = sources * PASS_STRIDE + passes
+        for key in np.unique(keys).tolist():  # a source's pass: one order for all its draws
+            here = keys == key
+            source, taken = divmod(key, PASS_STRIDE)
+            indices[here] = self._order(source, epoch * PASS_STRIDE + taken)[within[here]]
+        return sources, epoch * PASS_STRIDE + passes, indices
 
     def __getitem__(self, position: int) -> Any:
         return self.__getitems__([position])[0]
@@ -153,33 +167,34 @@ class MixtureDataset(Dataset[Any]):
     def __getitems__(self, positions: Sequence[int]) -> list[Any]:
         """The items at ``positions``: each source's read at once per pass (its ``__getitems__`` where
         it has one), told that pass as its epoch, in this process or a worker alike."""
-        placed = [self.place(int(p)) for p in positions]
-        groups: dict[tuple[int, int], list[int]] = {}
-        for n, (source, pass_number, _) in enumerate(placed):
-            groups.setdefault((source, pass_number), []).append(n)
-        items: list[Any] = [None] * len(placed)
-        for (source, pass_number), slots in groups.items():
-            indices = [placed[n][2] for n in slots]
-            with reading_as(EpochTag(self._source_seeds[source], pass_number, self.shuffle)):
-                read = self._read_many(source, indices, [int(positions[n]) for n in slots])
-            for n, item, index in zip(slots, read, indices, strict=True):
-                items[n] = self._labelled(source, index, item)
+        sources, passes, indices = self.place(positions)
+        grouped = np.lexsort((passes, sources))  # by source, then pass; stable within
+        keys = (sources * PASS_STRIDE + passes % PASS_STRIDE)[grouped]
+        cuts = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist(), len(grouped)]
+        slots, taken = grouped.tolist(), indices[grouped].tolist()
+        items: list[Any] = [None] * len(slots)
+        for first, end in itertools.pairwise(cuts):
+            source, number = int(sources[slots[first]]), int(passes[slots[first]])
+            with reading_as(EpochTag(self._source_seeds[source], number, self.shuffle)):
+                read = self._read_many(source, taken[first:end], int(positions[slots[first]]))
+            for slot, index, item in zip(slots[first:end], taken[first:end], read, strict=True):
+                items[slot] = self._labelled(source, index, item)
         return items
 
-    def _read_many(self, source: int, indices: list[int], positions: list[int]) -> list[Any]:
+    def _read_many(self, source: int, indices: list[int], first_position: int) -> list[Any]:
         dataset = self.sources[source]
         getitems = getattr(dataset, "__getitems__", None)
         try:
             return list(getitems(indices)) if callable(getitems) else [dataset[i] for i in indices]
         except Exception as error:
-            error.add_note(self._where(source, indices, positions))
+            error.add_note(self._where(source, indices, first_position))
             raise
 
-    def _where(self, source: int, indices: list[int], positions: list[int]) -> str:
+    def _where(self, source: int, indices: list[int], first_position: int) -> str:
         samples = ", ".join(map(str, indices[:8])) + (", ..." if len(indices) > 8 else "")
         return (
             f"while reading mixture source {self.names[source]!r}, sample(s) {samples} "
-            f"(mixture position(s) {positions[0]}{'...' if len(positions) > 1 else ''})"
+            f"(mixture position(s) {first_position}{'...' if len(indices) > 1 else ''})"
         )
 
     def _labelled(self, source: int, index: int, item: Any) -> Any:

@@ -57,13 +57,19 @@ class Timeline:
         """The unit ``epoch`` starts at on the timeline (0 for fixed weights: every epoch alike)."""
         return epoch * self.units if self.scheduled else 0
 
-    def locate(self, epoch: int, position: int) -> tuple[int, int]:
-        """``(source, draw)``: the source ``position`` of ``epoch`` reads, and how many draws of that
-        source the epoch made before it."""
-        unit, offset = divmod(position, self.unit)
-        block = self.blocks.find(epoch, self.start(epoch), self.units, unit)
-        at = unit - block.start
-        return int(block.sources[at]), int(block.draws[at]) * self.unit + offset
+    def locate(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For each of ``positions`` of ``epoch``: the source it reads, and how many draws of that
+        source the epoch made before it (a batch of neighbours touches a block or two)."""
+        units, offsets = np.divmod(positions, self.unit)
+        numbers = units // self.blocks.block
+        sources, draws = np.empty_like(units), np.empty_like(units)
+        for number in np.unique(numbers).tolist():
+            block = self.blocks.find(epoch, self.start(epoch), self.units, number * self.blocks.block)
+            here = numbers == number
+            at = units[here] - block.start
+            sources[here] = block.sources[at]
+            draws[here] = block.draws[at] * self.unit + offsets[here]
+        return sources, draws
 
     def drawn(self, epoch: int, position: int) -> np.ndarray:
         """Samples each source gives in the first ``position`` positions of ``epoch``."""
@@ -72,7 +78,7 @@ class Timeline:
         at = self.counts.at(np.asarray([start, start + unit]))
         drawn: np.ndarray = (at[1] - at[0]) * self.unit
         if offset:
-            drawn[self.locate(epoch, unit * self.unit)[0]] += offset
+            drawn[self.locate(epoch, np.asarray([unit * self.unit]))[0][0]] += offset
         return drawn
 
     def target(self, epoch: int, position: int) -> np.ndarray:

@@ -295,3 +295,21 @@ def test_sources_read_the_same_items_and_random_draws_in_workers_and_without(tmp
     assert alone[0] != alone[1]  # new passes: new orders and new noise
     noisy_values = [x for s, i, x in alone[0] if s == "noisy"]
     assert all(len(set(x)) == 3 for x in noisy_values)  # the noise was drawn
+
+
+@pytest.mark.parametrize("epoch", [0, 3])
+def test_a_batch_reads_what_its_positions_locate_in_any_order(epoch: int) -> None:
+    """``__getitems__`` of positions in any order, across blocks and passes over small sources,
+    gives for each position the sample :meth:`locate` names; a position past the end is refused."""
+    from loaderfactory.mixture.dataset import MixtureDataset
+
+    sources = {name: [{"id": (name, i)} for i in range(size)] for name, size in SIZES.items()}
+    dataset = MixtureDataset(sources, [(0, {"web": 5, "code": 3, "books": 2})], stop=500, block=64)
+    dataset.set_epoch(epoch)
+    positions = [int(p) for p in np.random.default_rng(epoch).permutation(500)[:300]]
+    located = [dataset.locate(p) for p in positions]
+    expected = [sources[dataset.names[s]][i] for s, i in located]
+    assert dataset.__getitems__(positions) == expected
+    assert len({(s, i) for s, i in located}) < len(located)  # sources were read more than once
+    with pytest.raises(IndexError, match="mixture position 500 out of range"):
+        dataset.__getitems__([3, 500, 4])
