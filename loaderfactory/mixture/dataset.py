@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 import zlib
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -144,22 +144,11 @@ class MixtureDataset(Dataset[Any]):
         """For each of ``positions`` of ``epoch`` (the current one): its source, the pass number the
         source is read in (its epoch, as the mixture tells it: ``epoch * PASS_STRIDE + pass``) and
         the sample index, as arrays."""
-        at = np.asarray(positions, dtype=np.int64).reshape(-1)
-        outside = (at < 0) | (at >= self.length)
-        if outside.any():
-            position = int(at[int(np.argmax(outside))])
-            raise IndexError(f"mixture position {position} out of range [0, {self.length})")
-        epoch = self._current_epoch() if epoch is None else epoch
-        sources, draws = self.timeline.locate(epoch, at)
-        sizes = self._sizes[sources]
-        passes, within = np.divmod(draws, sizes)
-        indices = np.empty_like(draws)
-        keys = sources * PASS_STRIDE + passes
-        for key in np.unique(keys).tolist():  # a source's pass: one order for all its draws
-            here = keys == key
-            source, taken = divmod(key, PASS_STRIDE)
-            indices[here] = self._order(source, epoch * PASS_STRIDE + taken)[within[here]]
-        return sources, epoch * PASS_STRIDE + passes, indices
+        at = self._checked(positions)
+        sources, numbers, indices = (np.empty_like(at) for _ in range(3))
+        for source, number, slots, taken in self._groups(at, epoch):
+            sources[slots], numbers[slots], indices[slots] = source, number, taken
+        return sources, numbers, indices
 
     def __getitem__(self, position: int) -> Any:
         return self.__getitems__([position])[0]
@@ -167,19 +156,42 @@ class MixtureDataset(Dataset[Any]):
     def __getitems__(self, positions: Sequence[int]) -> list[Any]:
         """The items at ``positions``: each source's read at once per pass (its ``__getitems__`` where
         it has one), told that pass as its epoch, in this process or a worker alike."""
-        sources, passes, indices = self.place(positions)
-        grouped = np.lexsort((passes, sources))  # by source, then pass; stable within
-        keys = (sources * PASS_STRIDE + passes % PASS_STRIDE)[grouped]
-        cuts = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist(), len(grouped)]
-        slots, taken = grouped.tolist(), indices[grouped].tolist()
-        items: list[Any] = [None] * len(slots)
-        for first, end in itertools.pairwise(cuts):
-            source, number = int(sources[slots[first]]), int(passes[slots[first]])
+        at = self._checked(positions)
+        order: list[int] = []
+        read: list[Any] = []
+        for source, number, slots, taken in self._groups(at, None):
+            indices = taken.tolist()
             with reading_as(EpochTag(self._source_seeds[source], number, self.shuffle)):
-                read = self._read_many(source, taken[first:end], int(positions[slots[first]]))
-            for slot, index, item in zip(slots[first:end], taken[first:end], read, strict=True):
-                items[slot] = self._labelled(source, index, item)
+                got = self._read_many(source, indices, int(at[slots[0]]))
+            read += got if self.source_key is None else self._labelled(source, indices, got)
+            order += slots.tolist()
+        items: list[Any] = [None] * len(read)
+        for slot, item in zip(order, read, strict=True):
+            items[slot] = item
         return items
+
+    def _checked(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        at = np.asarray(positions, dtype=np.int64).reshape(-1)
+        outside = (at < 0) | (at >= self.length)
+        if outside.any():
+            position = int(at[int(np.argmax(outside))])
+            raise IndexError(f"mixture position {position} out of range [0, {self.length})")
+        return at
+
+    def _groups(self, at: np.ndarray, epoch: int | None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
+        """``(source, pass number, slots, sample indices)`` for each source pass the positions ``at``
+        read: which of them read it, and what."""
+        epoch = self._current_epoch() if epoch is None else epoch
+        sources, draws = self.timeline.locate(epoch, at)
+        passes, within = np.divmod(draws, self._sizes[sources])
+        grouped = np.lexsort((passes, sources))
+        keys = sources[grouped] * PASS_STRIDE + passes[grouped]
+        cuts = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist(), len(grouped)]
+        for first, end in itertools.pairwise(cuts):
+            slots = grouped[first:end]
+            source, taken = divmod(int(keys[first]), PASS_STRIDE)
+            number = epoch * PASS_STRIDE + taken
+            yield source, number, slots, self._order(source, number)[within[slots]]
 
     def _read_many(self, source: int, indices: list[int], first_position: int) -> list[Any]:
         dataset = self.sources[source]
@@ -197,15 +209,16 @@ class MixtureDataset(Dataset[Any]):
             f"(mixture position(s) {first_position}{'...' if len(indices) > 1 else ''})"
         )
 
-    def _labelled(self, source: int, index: int, item: Any) -> Any:
-        if self.source_key is None:
-            return item
-        if not isinstance(item, dict):
-            raise TypeError(
-                f"mixture source {self.names[source]!r} gave a {type(item).__name__} at sample {index}: "
-                f"source_key ({self.source_key!r}) labels dict items only; set source_key: null"
-            )
-        return {**item, self.source_key: self.names[source]}
+    def _labelled(self, source: int, indices: list[int], items: list[Any]) -> list[Any]:
+        """``items`` with the source's name under :attr:`source_key`."""
+        name, key = self.names[source], self.source_key
+        for index, item in zip(indices, items, strict=True):
+            if not isinstance(item, dict):
+                raise TypeError(
+                    f"mixture source {name!r} gave a {type(item).__name__} at sample {index}: "
+                    f"source_key ({key!r}) labels dict items only; set source_key: null"
+                )
+        return [{**item, key: name} for item in items]
 
     def _order(self, source: int, pass_number: int) -> np.ndarray:
         """Source ``source``'s order in pass ``pass_number`` (cached, the last few)."""
