@@ -41,9 +41,7 @@ def mixture_example(folder: Path) -> list[str]:
     )
     return [
         "dataset=mixture",
-        "~dataset.sources",
-        f"+dataset.sources={{{sources}}}",
-        "dataset.source_key=null",
+        f"dataset.sources={{{sources}}}",
     ]
 
 

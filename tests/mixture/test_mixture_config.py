@@ -107,7 +107,7 @@ def test_a_sources_own_problem_is_reported_at_its_path_inside_the_mixture(tmp_pa
 
 
 def test_the_preset_builds_and_its_overrides_validate() -> None:
-    config = compose(["dataset=mixture", "dataset.stop={samples:64}", "dataset.sources.web.weight=1"])
+    config = compose(["dataset=web_and_curated", "dataset.stop={samples:64}", "dataset.sources.web.weight=1"])
     with build_loader(config) as loader:
         assert len(loader.dataset) == 64
         assert loader.dataset.draws(0).tolist() == [32, 32]

@@ -15,7 +15,7 @@ from loaderfactory.hydra.job import run_job
 from loaderfactory.mixture.shares import save_shares_figure, shares_over_steps
 
 CURRICULUM = [
-    "dataset=mixture",
+    "dataset=web_and_curated",
     "~dataset.sources.web.weight",
     "~dataset.sources.curated.weight",
     "dataset.weights=[{at:0,weights:{web:1}},{at:3000,weights:{curated:1}}]",
@@ -28,7 +28,7 @@ CURRICULUM = [
 def test_plan_shows_each_epochs_samples_passes_and_where_sources_run_out(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    run_app(compose(["dataset=mixture", "run.mode=plan"]))
+    run_app(compose(["dataset=web_and_curated", "run.mode=plan"]))
     out = capsys.readouterr().out
     assert "mixture: 2048 samples an epoch" in out
     assert "epoch 0  web: 1536 samples (75.0%), 1 pass(es), read whole by position" in out
