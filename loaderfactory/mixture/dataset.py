@@ -3,22 +3,19 @@
 from __future__ import annotations
 
 import itertools
-import zlib
-from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+import operator
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from loaderfactory.components.epoch_announce import EpochTag, reading_as, reading_tag
-from loaderfactory.components.order_forwarding import order_of
 from loaderfactory.mixture.epochs import Stop, passes
+from loaderfactory.mixture.orders import SourceOrders
+from loaderfactory.mixture.placing import PASS_STRIDE, Placer
 from loaderfactory.mixture.schedule import Interpolate
 from loaderfactory.mixture.timeline import Timeline
-
-PASS_STRIDE = 2**20
-"""Pass numbers of one epoch's passes over a source start at ``epoch * PASS_STRIDE``."""
 
 
 class MixtureDataset(Dataset[Any]):
@@ -62,15 +59,14 @@ class MixtureDataset(Dataset[Any]):
         self.names = list(sources)
         self.sources = [sources[name] for name in self.names]
         self.sizes = [len(source) for source in self.sources]
-        self._sizes = np.asarray(self.sizes, dtype=np.int64)
         points = [(int(at), [float(w.get(name, 0.0)) for name in self.names]) for at, w in weights]
         self.timeline = Timeline(points, interpolate, stop, self.sizes, block, seed, unit)
         self.length = self.timeline.length
         self.seed = seed
         self.shuffle = shuffle
         self.source_key = source_key
-        self._source_seeds = [_source_seed(seed, name) for name in self.names]
-        self._orders: OrderedDict[tuple[int, int], np.ndarray] = OrderedDict()
+        self.orders = SourceOrders(self.sources, self.names, seed, shuffle)
+        self.placer = Placer(self.timeline, self.orders)
         self.epoch = 0
         self._check_repeats(max_repeats)
 
@@ -144,11 +140,10 @@ class MixtureDataset(Dataset[Any]):
         """For each of ``positions`` of ``epoch`` (the current one): its source, the pass number the
         source is read in (its epoch, as the mixture tells it: ``epoch * PASS_STRIDE + pass``) and
         the sample index, as arrays."""
-        at = self._checked(positions)
-        sources, numbers, indices = (np.empty_like(at) for _ in range(3))
-        for source, number, slots, taken in self._groups(at, epoch):
-            sources[slots], numbers[slots], indices[slots] = source, number, taken
-        return sources, numbers, indices
+        epoch = self._current_epoch() if epoch is None else epoch
+        keys, indices = self.placer.place(epoch, self._checked(positions))
+        sources, passes = np.divmod(keys, PASS_STRIDE)
+        return sources, epoch * PASS_STRIDE + passes, indices
 
     def __getitem__(self, position: int) -> Any:
         return self.__getitems__([position])[0]
@@ -156,19 +151,38 @@ class MixtureDataset(Dataset[Any]):
     def __getitems__(self, positions: Sequence[int]) -> list[Any]:
         """The items at ``positions``: each source's read at once per pass (its ``__getitems__`` where
         it has one), told that pass as its epoch, in this process or a worker alike."""
-        at = self._checked(positions)
-        order: list[int] = []
+        epoch = self._current_epoch()
+        keys, indices = self._placed(positions, epoch)
+        grouped = np.argsort(keys, kind="stable")
+        ordered = keys[grouped]
+        cuts = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), len(grouped)]
+        slots, taken = grouped.tolist(), indices[grouped].tolist()
         read: list[Any] = []
-        for source, number, slots, taken in self._groups(at, None):
-            indices = taken.tolist()
-            with reading_as(EpochTag(self._source_seeds[source], number, self.shuffle)):
-                got = self._read_many(source, indices, int(at[slots[0]]))
-            read += got if self.source_key is None else self._labelled(source, indices, got)
-            order += slots.tolist()
-        items: list[Any] = [None] * len(read)
-        for slot, item in zip(order, read, strict=True):
-            items[slot] = item
-        return items
+        for first, end in itertools.pairwise(cuts):
+            source, pass_in_epoch = divmod(int(ordered[first]), PASS_STRIDE)
+            tag = EpochTag(self.orders.seeds[source], epoch * PASS_STRIDE + pass_in_epoch, self.shuffle)
+            with reading_as(tag):
+                got = self._read_many(source, taken[first:end], int(positions[slots[first]]))
+            read += got if self.source_key is None else self._labelled(source, taken[first:end], got)
+        back = np.empty(len(slots), dtype=np.int64)
+        back[grouped] = np.arange(len(slots))  # where each position's item is in ``read``
+        return _taken(read, back.tolist())
+
+    def _placed(self, positions: Sequence[int], epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and sample indices of ``positions``; consecutive ones (an unshuffled loader's batch)
+        are cut from their span, worked out once."""
+        count = len(positions)
+        first = int(positions[0]) if count else 0
+        if (
+            isinstance(positions, list)
+            and first >= 0
+            and first + count <= self.length
+            and positions == list(range(first, first + count))
+        ):
+            found = self.placer.run(epoch, first, count)
+            if found is not None:
+                return found
+        return self.placer.place(epoch, self._checked(positions))
 
     def _checked(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
         at = np.asarray(positions, dtype=np.int64).reshape(-1)
@@ -178,26 +192,11 @@ class MixtureDataset(Dataset[Any]):
             raise IndexError(f"mixture position {position} out of range [0, {self.length})")
         return at
 
-    def _groups(self, at: np.ndarray, epoch: int | None) -> Iterator[tuple[int, int, np.ndarray, np.ndarray]]:
-        """``(source, pass number, slots, sample indices)`` for each source pass the positions ``at``
-        read: which of them read it, and what."""
-        epoch = self._current_epoch() if epoch is None else epoch
-        sources, draws = self.timeline.locate(epoch, at)
-        passes, within = np.divmod(draws, self._sizes[sources])
-        grouped = np.lexsort((passes, sources))
-        keys = sources[grouped] * PASS_STRIDE + passes[grouped]
-        cuts = [0, *(np.flatnonzero(np.diff(keys)) + 1).tolist(), len(grouped)]
-        for first, end in itertools.pairwise(cuts):
-            slots = grouped[first:end]
-            source, taken = divmod(int(keys[first]), PASS_STRIDE)
-            number = epoch * PASS_STRIDE + taken
-            yield source, number, slots, self._order(source, number)[within[slots]]
-
     def _read_many(self, source: int, indices: list[int], first_position: int) -> list[Any]:
         dataset = self.sources[source]
         getitems = getattr(dataset, "__getitems__", None)
         try:
-            return list(getitems(indices)) if callable(getitems) else [dataset[i] for i in indices]
+            return list(getitems(indices)) if callable(getitems) else _taken(dataset, indices)
         except Exception as error:
             error.add_note(self._where(source, indices, first_position))
             raise
@@ -220,26 +219,6 @@ class MixtureDataset(Dataset[Any]):
                 )
         return [{**item, key: name} for item in items]
 
-    def _order(self, source: int, pass_number: int) -> np.ndarray:
-        """Source ``source``'s order in pass ``pass_number`` (cached, the last few)."""
-        key = (source, pass_number)
-        order = self._orders.get(key)
-        if order is None:
-            order = self._make_order(source, pass_number)
-            self._orders[key] = order
-            if len(self._orders) > 2 * len(self.sources):
-                self._orders.popitem(last=False)
-        return order
-
-    def _make_order(self, source: int, pass_number: int) -> np.ndarray:
-        size, seed = self.sizes[source], self._source_seeds[source]
-        if not self.shuffle:
-            return np.arange(size, dtype=np.int64)
-        own = order_of(self.sources[source])
-        if own is not None:
-            return np.asarray(own(seed, pass_number), dtype=np.int64)
-        return np.random.default_rng([seed, pass_number]).permutation(size)
-
     # -- checks -------------------------------------------------------------------------------------
 
     def _check_repeats(self, max_repeats: int | None) -> None:
@@ -260,6 +239,8 @@ class MixtureDataset(Dataset[Any]):
                 )
 
 
-def _source_seed(seed: int, name: str) -> int:
-    """A seed of the source's own: two sources never share an order, even given the same dataset."""
-    return int(np.random.SeedSequence([seed % 2**64, zlib.crc32(name.encode())]).generate_state(1)[0])
+def _taken(items: Any, indices: list[int]) -> list[Any]:
+    """``[items[i] for i in indices]``, indexed in C."""
+    if len(indices) == 1:
+        return [items[indices[0]]]
+    return list(operator.itemgetter(*indices)(items)) if indices else []

@@ -62,6 +62,11 @@ class Timeline:
         source the epoch made before it (a batch of neighbours touches a block or two)."""
         units, offsets = np.divmod(positions, self.unit)
         numbers = units // self.blocks.block
+        low, high = int(numbers.min()), int(numbers.max())
+        if low == high:  # one block: what a span or a batch of neighbours mostly is
+            block = self.blocks.find(epoch, self.start(epoch), self.units, low * self.blocks.block)
+            at = units - block.start
+            return block.sources[at], block.draws[at] * self.unit + offsets
         sources, draws = np.empty_like(units), np.empty_like(units)
         for number in np.unique(numbers).tolist():
             block = self.blocks.find(epoch, self.start(epoch), self.units, number * self.blocks.block)
