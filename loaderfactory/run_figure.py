@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from loaderfactory.mixture.shares import SharesOverSteps, draw_shares
+from loaderfactory.panels import label_panel
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -154,10 +155,13 @@ def _draw_waits(ax: Axes, record: RunRecord) -> None:
         if len(record.pass_starts) > 1
         else ""
     )
-    ax.set_title(f"{WAIT_TITLE} (high dots: the step waited for data){passes}", fontsize=10)
-    ax.set_xlabel("seconds since the first batch was asked for")
-    ax.set_ylabel("wait (ms, log scale)")
-    ax.legend(loc="upper right", fontsize=8)
+    label_panel(
+        ax,
+        f"{WAIT_TITLE} (high dots: the step waited for data){passes}",
+        "seconds since the first batch was asked for",
+        "wait (ms, log scale)",
+        legend="upper right",
+    )
 
 
 def _draw_stages(ax: Axes, record: RunRecord) -> None:
@@ -192,10 +196,13 @@ def _draw_queue(ax: Axes, queue: QueueFill) -> None:
         queue.times, held, where="post", color="#4477aa", label=f"bytes, of budget {budget} (peak {peak})"
     )
     ax.set_ylim(0, 105)
-    ax.set_title(f"{QUEUE_TITLE} (a full queue kept up; an empty one made the step wait)", fontsize=10)
-    ax.set_xlabel("seconds since the first batch was asked for")
-    ax.set_ylabel("% of the limit")
-    ax.legend(loc="lower right", fontsize=8)
+    label_panel(
+        ax,
+        f"{QUEUE_TITLE} (a full queue kept up; an empty one made the step wait)",
+        "seconds since the first batch was asked for",
+        "% of the limit",
+        legend="lower right",
+    )
 
 
 def _draw_shards(ax: Axes, shards: ShardReads) -> None:
@@ -203,10 +210,13 @@ def _draw_shards(ax: Axes, shards: ShardReads) -> None:
     if max(shards.fetched, default=0) > 0:
         ax.step(shards.times, shards.fetched, where="post", color="#cc6677", label="fetched into the cache")
     ax.set_ylim(bottom=0)
-    ax.set_title(f"{SHARDS_TITLE} (so far, all workers together; steep: many opens)", fontsize=10)
-    ax.set_xlabel("seconds since the first batch was asked for")
-    ax.set_ylabel("shards")
-    ax.legend(loc="lower right", fontsize=8)
+    label_panel(
+        ax,
+        f"{SHARDS_TITLE} (so far, all workers together; steep: many opens)",
+        "seconds since the first batch was asked for",
+        "shards",
+        legend="lower right",
+    )
 
 
 def _megabytes(nbytes: float) -> str:

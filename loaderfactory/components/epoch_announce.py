@@ -17,10 +17,10 @@ A dataset that reads another one pass at a time (a mixture) tells it that pass w
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any, NamedTuple
+
+from loaderfactory.thread_setting import ThreadSetting
 
 
 class EpochTag(NamedTuple):
@@ -85,25 +85,19 @@ def _unpickle_index(index: int, seed: int, epoch: int, shuffled: bool) -> int:
     return index
 
 
-_told = threading.local()
+_told: ThreadSetting[EpochTag] = ThreadSetting()
 
 
-@contextmanager
-def reading_as(tag: EpochTag) -> Iterator[None]:
+def reading_as(tag: EpochTag) -> AbstractContextManager[None]:
     """Within the block, this thread reads datasets as of ``tag``, in any process: a mixture reading
     one pass of its source tells the source that pass, workers or not."""
-    previous = getattr(_told, "tag", None)
-    _told.tag = tag
-    try:
-        yield
-    finally:
-        _told.tag = previous
+    return _told.given(tag)
 
 
 def reading_tag(in_worker: bool) -> EpochTag | None:
     """The epoch a dataset reads as now: the one :func:`reading_as` tells this thread, else, in a
     DataLoader worker, the one its batches announce; None: the dataset's own."""
-    told: EpochTag | None = getattr(_told, "tag", None)
+    told = _told.get()
     if told is not None:
         return told
     return announced() if in_worker else None

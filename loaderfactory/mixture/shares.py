@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from loaderfactory.panels import label_panel
+
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
@@ -58,10 +60,8 @@ def draw_shares(ax: Axes, shares: SharesOverSteps) -> None:
         ax.plot(shares.steps, shares.achieved[:, column], color=colour, linewidth=1.2, label=name)
         ax.plot(shares.steps, shares.target[:, column], color=colour, linewidth=1, linestyle="--")
     ax.set_ylim(0, 1)
-    ax.set_title(f"{SHARES_TITLE} (solid: drawn between the steps shown; dashed: the target)", fontsize=10)
-    ax.set_xlabel("steps")
-    ax.set_ylabel("share of the samples")
-    ax.legend(loc="upper right", fontsize=8)
+    title = f"{SHARES_TITLE} (solid: drawn between the steps shown; dashed: the target)"
+    label_panel(ax, title, "steps", "share of the samples", legend="upper right")
 
 
 def save_shares_figure(shares: SharesOverSteps, path: Path) -> Path:

@@ -18,6 +18,7 @@ from typing import Any
 
 import pytest
 from lightning_elastic_fit import DATA, EPOCHS, ITEMS, PACKAGES, SCENARIOS, SHARDS, STOP, resume, save
+from lightning_helpers import installed
 from shards_data import write_tar_shards
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,7 +56,7 @@ def fits(tmp_path_factory: pytest.TempPathFactory) -> Fits:
     """Every scenario saved on 1 process and resumed on 2, and saved on 2 and resumed on 1."""
     out = tmp_path_factory.mktemp("elastic")
     write_tar_shards(out / "shards", SHARDS)
-    present = [(p, d) for p, d in SCENARIOS if _installed(p)]
+    present = [(p, d) for p, d in SCENARIOS if installed(p)]
     one = {(p, d): _plain(save(p, d, out / "shards", out / f"{p}-{d}" / "1", world=1)) for p, d in present}
     _two_ranks(out, present)
     records: Fits = {}
@@ -70,14 +71,6 @@ def fits(tmp_path_factory: pytest.TempPathFactory) -> Fits:
         )
         records[package, data, "2to1"] = [{"saved": [r["saved"] for r in ranks], "resumed": resumed}]
     return records
-
-
-def _installed(package: str) -> bool:
-    try:
-        __import__(package)
-    except ImportError:
-        return False
-    return True
 
 
 def _plain(record: Any) -> Any:

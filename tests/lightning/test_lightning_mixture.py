@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from lightning_helpers import installed
 from lightning_mixture_fit import (
     BATCH,
     EPOCHS,
@@ -158,7 +159,7 @@ def _ranks(out: Path, mode: str, world: int, packages: list[str]) -> None:
 def elastic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, list[Any]]]:
     """Per package: each rank's record of the fit saved on 2 ranks and of its resume on 3."""
     out = tmp_path_factory.mktemp("mixture")
-    present = [package for package in PACKAGES if _installed(package)]
+    present = [package for package in PACKAGES if installed(package)]
     _ranks(out, "save", SAVE_WORLD, present)
     _ranks(out, "resume", RESUME_WORLD, present)
     return {
@@ -168,14 +169,6 @@ def elastic(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, lis
         }
         for package in present
     }
-
-
-def _installed(package: str) -> bool:
-    try:
-        __import__(package)
-    except ImportError:
-        return False
-    return True
 
 
 def _seen(ranks: list[dict[str, Any]], epoch: int) -> collections.Counter[tuple[str, int]]:

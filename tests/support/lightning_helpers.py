@@ -49,3 +49,12 @@ def lightning_imports() -> dict[str, list[str]]:
     )
     imports: dict[str, list[str]] = json.loads(result.stdout.strip().splitlines()[-1])
     return imports
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` imports here (each Lightning package is optional)."""
+    try:
+        __import__(package)
+    except ImportError:
+        return False
+    return True

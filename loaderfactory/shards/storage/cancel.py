@@ -14,7 +14,9 @@ import contextlib
 import threading
 from collections.abc import Callable, Iterator
 
-_CURRENT = threading.local()
+from loaderfactory.thread_setting import ThreadSetting
+
+_CURRENT: ThreadSetting[threading.Event] = ThreadSetting()
 
 
 class Cancel(threading.Event):
@@ -50,20 +52,14 @@ class Cancel(threading.Event):
                 self._callbacks.pop(key, None)
 
 
-@contextlib.contextmanager
-def cancelled_by(cancel: threading.Event) -> Iterator[None]:
+def cancelled_by(cancel: threading.Event) -> contextlib.AbstractContextManager[None]:
     """Make ``cancel`` stop the storage requests this thread makes inside the block."""
-    previous = getattr(_CURRENT, "cancel", None)
-    _CURRENT.cancel = cancel
-    try:
-        yield
-    finally:
-        _CURRENT.cancel = previous
+    return _CURRENT.given(cancel)
 
 
 def current(explicit: threading.Event | None = None) -> threading.Event | None:
     """``explicit`` if given, else the event this thread's requests obey (:func:`cancelled_by`)."""
-    return explicit if explicit is not None else getattr(_CURRENT, "cancel", None)
+    return explicit if explicit is not None else _CURRENT.get()
 
 
 @contextlib.contextmanager
