@@ -32,6 +32,7 @@ WAIT_TITLE = "wait for each batch"
 STAGES_TITLE = "time per stage"
 QUEUE_TITLE = "queue fill"
 SHARDS_TITLE = "shards read"
+SINCE_START = "seconds since the first batch was asked for"
 
 _DOTS_AT_MOST = 20_000
 """Batches drawn as dots; a longer run is drawn as the median and maximum wait per time bin."""
@@ -155,13 +156,8 @@ def _draw_waits(ax: Axes, record: RunRecord) -> None:
         if len(record.pass_starts) > 1
         else ""
     )
-    label_panel(
-        ax,
-        f"{WAIT_TITLE} (high dots: the step waited for data){passes}",
-        "seconds since the first batch was asked for",
-        "wait (ms, log scale)",
-        legend="upper right",
-    )
+    title = f"{WAIT_TITLE} (high dots: the step waited for data){passes}"
+    label_panel(ax, title, SINCE_START, "wait (ms, log scale)", legend="upper right")
 
 
 def _draw_stages(ax: Axes, record: RunRecord) -> None:
@@ -181,9 +177,7 @@ def _draw_stages(ax: Axes, record: RunRecord) -> None:
     ax.axvline(
         record.wall_s, color="k", linestyle="--", linewidth=1, label=f"wall time {record.wall_s:.3g} s"
     )
-    ax.set_title(f"{STAGES_TITLE} (summed over a stage's threads and processes)", fontsize=10)
-    ax.set_xlabel("seconds")
-    ax.legend(loc="best", fontsize=8)
+    label_panel(ax, f"{STAGES_TITLE} (summed over a stage's threads and processes)", "seconds", "")
 
 
 def _draw_queue(ax: Axes, queue: QueueFill) -> None:
@@ -196,13 +190,8 @@ def _draw_queue(ax: Axes, queue: QueueFill) -> None:
         queue.times, held, where="post", color="#4477aa", label=f"bytes, of budget {budget} (peak {peak})"
     )
     ax.set_ylim(0, 105)
-    label_panel(
-        ax,
-        f"{QUEUE_TITLE} (a full queue kept up; an empty one made the step wait)",
-        "seconds since the first batch was asked for",
-        "% of the limit",
-        legend="lower right",
-    )
+    title = f"{QUEUE_TITLE} (a full queue kept up; an empty one made the step wait)"
+    label_panel(ax, title, SINCE_START, "% of the limit", legend="lower right")
 
 
 def _draw_shards(ax: Axes, shards: ShardReads) -> None:
@@ -210,13 +199,8 @@ def _draw_shards(ax: Axes, shards: ShardReads) -> None:
     if max(shards.fetched, default=0) > 0:
         ax.step(shards.times, shards.fetched, where="post", color="#cc6677", label="fetched into the cache")
     ax.set_ylim(bottom=0)
-    label_panel(
-        ax,
-        f"{SHARDS_TITLE} (so far, all workers together; steep: many opens)",
-        "seconds since the first batch was asked for",
-        "shards",
-        legend="lower right",
-    )
+    title = f"{SHARDS_TITLE} (so far, all workers together; steep: many opens)"
+    label_panel(ax, title, SINCE_START, "shards", legend="lower right")
 
 
 def _megabytes(nbytes: float) -> str:

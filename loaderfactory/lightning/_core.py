@@ -10,14 +10,14 @@ import inspect
 import warnings
 from collections.abc import Mapping
 from types import MappingProxyType
-from typing import Any, ClassVar
+from typing import Any
 
 from loaderfactory.errors import ConfigError, ResumeError
 from loaderfactory.factory import build_loader
 from loaderfactory.intake import at_root
 from loaderfactory.lightning._epochs import Epochs
 from loaderfactory.lightning._reread import LengthReread
-from loaderfactory.lightning._shares import ShareLogging
+from loaderfactory.lightning._shares import ShareLogging, share_logger_for
 from loaderfactory.lightning._stages import (
     STAGES,
     Stage,
@@ -84,8 +84,6 @@ class DataModuleCore:
     """
 
     trainer: Any
-    share_logger: ClassVar[type[ShareLogging]]
-    """The callback ``log_shares`` adds: each package's class sets its own, a ``Callback`` of that package."""
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
         """An argument ``__init__`` does not take is a ConfigError at its path in the app's config
@@ -271,7 +269,7 @@ class DataModuleCore:
                 stacklevel=3,
             )
             return
-        callbacks.insert(0, self.share_logger())
+        callbacks.insert(0, share_logger_for(type(self)))
 
     def _remove_share_logger(self) -> None:
         callbacks = getattr(getattr(self, "trainer", None), "callbacks", None)

@@ -10,13 +10,7 @@ except ImportError as err:  # the extra is optional; say how to get it
     raise missing_package("LoaderDataModule", err) from err
 
 from loaderfactory.lightning._core import DataModuleCore
-from loaderfactory.lightning._shares import ShareLogging
-
-
-class ShareLogger(ShareLogging, lightning_pytorch.Callback):
-    __doc__ = ShareLogging.__doc__
 
 
 class LoaderDataModule(DataModuleCore, lightning_pytorch.LightningDataModule):
     __doc__ = DataModuleCore.__doc__
-    share_logger = ShareLogger

@@ -10,13 +10,7 @@ except ImportError as err:  # the extra is optional; say how to get it
     raise missing_package("PLLoaderDataModule", err) from err
 
 from loaderfactory.lightning._core import DataModuleCore
-from loaderfactory.lightning._shares import ShareLogging
-
-
-class ShareLogger(ShareLogging, pytorch_lightning.Callback):
-    __doc__ = ShareLogging.__doc__
 
 
 class PLLoaderDataModule(DataModuleCore, pytorch_lightning.LightningDataModule):
     __doc__ = DataModuleCore.__doc__
-    share_logger = ShareLogger

@@ -7,6 +7,8 @@ body (one class per Lightning package, as for the data module) to the trainer fo
 
 from __future__ import annotations
 
+import functools
+import importlib
 from typing import Any
 
 from loaderfactory.errors import ResumeError
@@ -63,3 +65,19 @@ def epoch_position(loader: Loader) -> tuple[int, int] | None:
     if not isinstance(epoch, int) or not isinstance(position, int):
         return None
     return epoch, position
+
+
+def share_logger_for(data_module: type) -> ShareLogging:
+    """A :class:`ShareLogging` callback of the Lightning package ``data_module`` is built on
+    (``lightning.pytorch`` or ``pytorch_lightning``: its ``LightningDataModule``'s package)."""
+    package = next(
+        base.__module__.split(".core.", 1)[0]
+        for base in data_module.__mro__
+        if base.__name__ == "LightningDataModule"
+    )
+    return _logger_class(importlib.import_module(package).Callback)()
+
+
+@functools.cache
+def _logger_class(callback: type) -> type[ShareLogging]:
+    return type("ShareLogger", (ShareLogging, callback), {"__doc__": ShareLogging.__doc__})
