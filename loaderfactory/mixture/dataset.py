@@ -93,11 +93,8 @@ class MixtureDataset(Dataset[Any]):
         ``target`` (what the weights ask, not rounded), and the same ``since_start`` of the run."""
         position = min(max(position, 0), self.length)
         drawn, target = self.timeline.drawn(epoch, position), self.timeline.target(epoch, position)
-        earlier = range(epoch) if self.timeline.scheduled else [0] * epoch  # fixed: every epoch alike
-        drawn_all = drawn + sum((self.timeline.drawn(e, self.length) for e in earlier), np.zeros_like(drawn))
-        target_all = target + sum(
-            (self.timeline.target(e, self.length) for e in earlier), np.zeros_like(target)
-        )
+        drawn_before, target_before = self.timeline.before(epoch)
+        drawn_all, target_all = drawn + drawn_before, target + target_before
         return {
             name: {
                 "drawn": int(drawn[s]),

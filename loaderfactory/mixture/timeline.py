@@ -92,3 +92,15 @@ class Timeline:
         start = self.start(epoch)
         whole = self.segments.expected(start + unit) - self.segments.expected(start)
         return whole * self.unit + offset * self.segments.at(start + unit)  # type: ignore[no-any-return]
+
+    def before(self, epoch: int) -> tuple[np.ndarray, np.ndarray]:
+        """Each source's draws and target over the epochs before ``epoch``."""
+        if not self.scheduled:  # every epoch alike
+            return epoch * self.drawn(0, self.length), epoch * self.target(0, self.length)
+        start = self.start(epoch)
+        if self.length % self.unit == 0:  # the epochs join up on the timeline
+            return self.counts.at(start) * self.unit, self.segments.expected(start) * self.unit
+        earlier = range(epoch)
+        drawn = sum((self.drawn(e, self.length) for e in earlier), np.zeros(self.counts.sources, np.int64))
+        target = sum((self.target(e, self.length) for e in earlier), np.zeros(self.counts.sources))
+        return drawn, target

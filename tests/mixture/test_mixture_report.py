@@ -4,6 +4,7 @@ target samples per source, and the figure of its shares over the steps."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -59,3 +60,26 @@ def test_shares_over_steps_follow_the_schedule_and_draw_a_figure(tmp_path: Path)
     assert shares.target[0, 0] > 0.95 and shares.target[-1, 1] == 1.0  # web first, curated at the end
     png = save_shares_figure(shares, tmp_path / "shares.png")
     assert imread(png).shape[1] > 500
+
+
+@pytest.mark.parametrize(
+    ("weights", "unit", "stop"),
+    [
+        ([(0, {"a": 3, "b": 1})], 1, 100),  # fixed weights: every epoch alike
+        ([(0, {"a": 1}), (250, {"b": 1})], 1, 100),  # a schedule: the epochs join up
+        ([(0, {"a": 1}), (250, {"b": 1})], 8, 100),  # batches of 8 from one source: 100 leaves a part
+    ],
+    ids=["fixed", "scheduled", "per source"],
+)
+def test_shares_since_the_start_add_up_the_epochs_before(weights: Any, unit: int, stop: int) -> None:
+    from loaderfactory.mixture.dataset import MixtureDataset
+
+    sources = {"a": list(range(30)), "b": list(range(20))}
+    mixture = MixtureDataset(sources, weights, stop, unit=unit)
+    for epoch, position in [(0, 37), (3, 0), (3, 61), (4, 100)]:
+        shares = mixture.shares(epoch, position)
+        for s, name in enumerate(mixture.names):
+            whole = sum(int(mixture.draws(e)[s]) for e in range(epoch))
+            assert shares[name]["drawn_since_start"] == whole + shares[name]["drawn"]
+            target = sum(mixture.shares(e, stop)[name]["target"] for e in range(epoch))
+            assert shares[name]["target_since_start"] == pytest.approx(target + shares[name]["target"])
