@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+from types import TracebackType
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
@@ -20,12 +19,26 @@ class ThreadSetting(Generic[T]):
         value: T | None = getattr(self._local, "value", None)
         return value
 
-    @contextmanager
-    def given(self, value: T) -> Iterator[None]:
+    def given(self, value: T) -> _Given[T]:
         """``value`` for this thread inside the block; what it was before, after."""
-        previous = self.get()
-        self._local.value = value
-        try:
-            yield
-        finally:
-            self._local.value = previous
+        return _Given(self._local, value)
+
+
+class _Given(Generic[T]):
+    """:meth:`ThreadSetting.given`'s block (a class: it runs on every read of a mixture's source)."""
+
+    __slots__ = ("_local", "_previous", "_value")
+
+    def __init__(self, local: threading.local, value: T) -> None:
+        self._local = local
+        self._value = value
+        self._previous: T | None = None
+
+    def __enter__(self) -> None:
+        self._previous = getattr(self._local, "value", None)
+        self._local.value = self._value
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self._local.value = self._previous

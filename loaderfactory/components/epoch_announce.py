@@ -10,7 +10,8 @@ yields :class:`TaggedBatch` (a ``list``) or :class:`TaggedIndex` (an ``int``) ca
 before the worker reads that batch. A dataset in a worker reads :func:`announced` on each read, so
 wrappers (torch's ``Subset``, a user's) need not forward anything.
 
-A tag costs its three ints in each pickled batch; unpickled, the batch is a plain ``list`` again.
+A tag costs its three ints in each pickled batch; unpickled, the batch is a plain ``list`` again
+(a :class:`TaggedBatch` when it is a slice of a range, which it says).
 A dataset that reads another one pass at a time (a mixture) tells it that pass with
 :func:`reading_as`, which wins over the announced epoch, in the main process too.
 """
@@ -49,16 +50,18 @@ def announced() -> EpochTag | None:
 
 class TaggedBatch(list[Any]):
     """An index batch that announces ``tag`` in the process that unpickles it; equal to, and used
-    as, the plain list."""
+    as, the plain list. ``step``: the batch is every ``step``-th index from its first (a slice of a
+    range), which a dataset may use to read it as a run."""
 
-    __slots__ = ("tag",)
+    __slots__ = ("step", "tag")
 
-    def __init__(self, indices: list[Any], tag: EpochTag) -> None:
+    def __init__(self, indices: list[Any], tag: EpochTag, step: int | None = None) -> None:
         super().__init__(indices)
         self.tag = tag
+        self.step = step
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return _unpickle_batch, (list(self), *self.tag)
+        return _unpickle_batch, (list(self), *self.tag, self.step)
 
 
 class TaggedIndex(int):
@@ -75,9 +78,12 @@ class TaggedIndex(int):
         return _unpickle_index, (int(self), *self.tag)
 
 
-def _unpickle_batch(indices: list[Any], seed: int, epoch: int, shuffled: bool) -> list[Any]:
-    announce(EpochTag(seed, epoch, shuffled))
-    return indices
+def _unpickle_batch(
+    indices: list[Any], seed: int, epoch: int, shuffled: bool, step: int | None = None
+) -> list[Any]:
+    tag = EpochTag(seed, epoch, shuffled)
+    announce(tag)
+    return indices if step is None else TaggedBatch(indices, tag, step)
 
 
 def _unpickle_index(index: int, seed: int, epoch: int, shuffled: bool) -> int:

@@ -61,7 +61,9 @@ class ResumableSampler(Sampler[Any]):
         tag = order.tag(self.epoch)
         if self.batch_size is None:
             return (TaggedIndex(index, tag) for index in mine)
-        return (TaggedBatch(batch, tag) for batch in iter_batches(mine, self.batch_size, self.drop_last))
+        step = mine.step if isinstance(mine, range) else None
+        batches = iter_batches(mine, self.batch_size, self.drop_last)
+        return (TaggedBatch(batch, tag, step) for batch in batches)
 
 
 class ReplayedSampler(Sampler[Any]):

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import itertools
+import functools
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -13,7 +13,7 @@ from torch.utils.data import Dataset, get_worker_info
 from loaderfactory.components.epoch_announce import EpochTag, reading_as, reading_tag
 from loaderfactory.mixture.epochs import Stop, passes
 from loaderfactory.mixture.orders import SourceOrders
-from loaderfactory.mixture.placing import PASS_STRIDE, Placer
+from loaderfactory.mixture.placing import PASS_STRIDE, Group, Placed, Placer
 from loaderfactory.mixture.schedule import Interpolate
 from loaderfactory.mixture.timeline import Timeline
 
@@ -67,6 +67,7 @@ class MixtureDataset(Dataset[Any]):
         self.source_key = source_key
         self.orders = SourceOrders(self.sources, self.names, seed, shuffle)
         self.placer = Placer(self.timeline, self.orders)
+        self._readers = [_reader(source) for source in self.sources]
         self.epoch = 0
         self._check_repeats(max_repeats)
 
@@ -149,37 +150,37 @@ class MixtureDataset(Dataset[Any]):
         """The items at ``positions``: each source's read at once per pass (its ``__getitems__`` where
         it has one), told that pass as its epoch, in this process or a worker alike."""
         epoch = self._current_epoch()
-        keys, indices = self._placed(positions, epoch)
-        grouped = np.argsort(keys, kind="stable")
-        ordered = keys[grouped]
-        cuts = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), len(grouped)]
-        slots, taken = grouped.tolist(), indices[grouped].tolist()
+        groups, back = self._placed(positions, epoch)
+        if back is None:  # one group, in order
+            return self._read_group(epoch, groups[0], positions) if groups else []
         read: list[Any] = []
-        for first, end in itertools.pairwise(cuts):
-            source, pass_in_epoch = divmod(int(ordered[first]), PASS_STRIDE)
-            tag = EpochTag(self.orders.seeds[source], epoch * PASS_STRIDE + pass_in_epoch, self.shuffle)
-            with reading_as(tag):
-                got = self._read_many(source, taken[first:end], int(positions[slots[first]]))
-            read += got if self.source_key is None else self._labelled(source, taken[first:end], got)
-        back = np.empty(len(slots), dtype=np.int64)
-        back[grouped] = np.arange(len(slots))  # where each position's item is in ``read``
-        return _taken(read, back.tolist())
+        for group in groups:
+            read += self._read_group(epoch, group, positions)
+        return _taken(read, back)
 
-    def _placed(self, positions: Sequence[int], epoch: int) -> tuple[np.ndarray, np.ndarray]:
-        """Keys and sample indices of ``positions``; consecutive ones (an unshuffled loader's batch)
-        are cut from their span, worked out once."""
+    def _placed(self, positions: Sequence[int], epoch: int) -> Placed:
+        """The groups of ``positions``; a batch of every ``step``-th position (a range, or a batch
+        the sampler marks so) is cut from its span, worked out once."""
         count = len(positions)
-        first = int(positions[0]) if count else 0
-        if (
-            isinstance(positions, list)
-            and first >= 0
-            and first + count <= self.length
-            and positions == list(range(first, first + count))
-        ):
-            found = self.placer.run(epoch, first, count)
+        if not count:
+            return Placed([], None)
+        first = int(positions[0])
+        step = getattr(positions, "step", None)
+        if step is None and isinstance(positions, list) and positions == list(range(first, first + count)):
+            step = 1
+        if step and step > 0 and first >= 0 and first + (count - 1) * step < self.length:
+            found = self.placer.run(epoch, first, count, step)
             if found is not None:
                 return found
-        return self.placer.place(epoch, self._checked(positions))
+        return self.placer.groups(epoch, self._checked(positions))
+
+    def _read_group(self, epoch: int, group: Group, positions: Sequence[int]) -> list[Any]:
+        key, first, indices = group
+        source, pass_in_epoch = divmod(key, PASS_STRIDE)
+        tag = EpochTag(self.orders.seeds[source], epoch * PASS_STRIDE + pass_in_epoch, self.shuffle)
+        with reading_as(tag):
+            got = self._read_many(source, indices, int(positions[first]))
+        return got if self.source_key is None else self._labelled(source, indices, got)
 
     def _checked(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
         at = np.asarray(positions, dtype=np.int64).reshape(-1)
@@ -190,13 +191,17 @@ class MixtureDataset(Dataset[Any]):
         return at
 
     def _read_many(self, source: int, indices: list[int], first_position: int) -> list[Any]:
-        dataset = self.sources[source]
-        getitems = getattr(dataset, "__getitems__", None)
         try:
-            return list(getitems(indices)) if callable(getitems) else _taken(dataset, indices)
+            got = self._readers[source](indices)
         except Exception as error:
             error.add_note(self._where(source, indices, first_position))
             raise
+        if len(got) != len(indices):
+            raise RuntimeError(
+                f"{type(self.sources[source]).__name__}.__getitems__ gave {len(got)} items for "
+                f"{len(indices)} indices; {self._where(source, indices, first_position)}"
+            )
+        return got
 
     def _where(self, source: int, indices: list[int], first_position: int) -> str:
         samples = ", ".join(map(str, indices[:8])) + (", ..." if len(indices) > 8 else "")
@@ -234,6 +239,18 @@ class MixtureDataset(Dataset[Any]):
                     f"max_repeats={max_repeats}: lower its weight, shorten the epoch (stop) or "
                     "raise max_repeats"
                 )
+
+
+def _reader(dataset: Any) -> Callable[[list[int]], list[Any]]:
+    """Reads a list of indices of ``dataset``: its ``__getitems__`` where it has one."""
+    getitems = getattr(dataset, "__getitems__", None)
+    if callable(getitems):
+        return functools.partial(_listed, getitems)
+    return functools.partial(_taken, dataset)
+
+
+def _listed(getitems: Callable[[list[int]], Any], indices: list[int]) -> list[Any]:
+    return list(getitems(indices))
 
 
 def _taken(items: Any, indices: list[int]) -> list[Any]:

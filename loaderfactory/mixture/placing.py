@@ -1,14 +1,19 @@
 """Where each position of an epoch reads: its source, the pass over that source, and the sample.
 
 A position's *key* is ``source * PASS_STRIDE + pass``, its pass counted within the epoch; the pass
-number a source is told is ``epoch * PASS_STRIDE + pass``. A batch of consecutive positions (what an
-unshuffled loader asks) is cut from a span worked out once, every position of it at a time.
+number a source is told is ``epoch * PASS_STRIDE + pass``. Positions are placed a span at a time (a
+chunk of blocks, :mod:`~loaderfactory.mixture.blocks`): a source's positions in a span read a run of
+its order, pass by pass, so the span is a few groups, each a run of offsets and of sample indices. A
+batch of consecutive positions (what a loader asks) or of every ``n``-th one (a rank's part) is cut
+from its span.
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections import OrderedDict
+from typing import NamedTuple
 
 import numpy as np
 
@@ -19,45 +24,170 @@ PASS_STRIDE = 2**20
 """Pass numbers of one epoch's passes over a source start at ``epoch * PASS_STRIDE``."""
 
 
+class Group(NamedTuple):
+    """Positions of a batch that read one pass of one source: the key, the slot in the batch of the
+    first of them, and the sample indices they read, in the batch's order."""
+
+    key: int
+    first: int
+    indices: list[int]
+
+
+class Placed(NamedTuple):
+    """A batch's groups, and ``back``: where each slot's item is among the groups' items read one
+    group after another (None: in order)."""
+
+    groups: list[Group]
+    back: list[int] | None
+
+
+class SpanGroup(NamedTuple):
+    """The positions of a span that read one pass of one source: their offsets in the span, in
+    order, and the sample indices they read."""
+
+    key: int
+    offsets: np.ndarray
+    indices: np.ndarray
+
+
+class Span:
+    """Every position of a span, placed, as its groups, with what cuts a run of offsets from them
+    without a search: each offset's group and rank in it, and each group's count before each offset."""
+
+    def __init__(self, size: int, groups: list[SpanGroup]) -> None:
+        self.size = size
+        self.groups = groups
+        self.keys = [group.key for group in groups]
+        self.group_of = np.empty(size, dtype=np.int64)
+        self.rank = np.empty(size, dtype=np.int64)
+        self.before = np.zeros((size + 1, len(groups)), dtype=np.int64)
+        for number, group in enumerate(groups):
+            self.group_of[group.offsets] = number
+            self.rank[group.offsets] = np.arange(len(group.offsets))
+            self.before[group.offsets + 1, number] = 1
+        np.cumsum(self.before, axis=0, out=self.before)
+
+    def run(self, offset: int, count: int) -> Placed:
+        """The groups of offsets ``offset ... offset + count - 1``."""
+        end = offset + count
+        lows, highs = self.before[offset].tolist(), self.before[end].tolist()
+        groups, firsts, read = [], [0] * len(self.groups), 0
+        for number, (low, high) in enumerate(zip(lows, highs, strict=True)):
+            if low < high:
+                key, offsets, indices = self.groups[number]
+                groups.append(Group(key, int(offsets[low]) - offset, indices[low:high].tolist()))
+                firsts[number], read = read, read + high - low
+        if len(groups) == 1:
+            return Placed(groups, None)
+        # A slot's item is its group's first in the read, plus its rank in the group past the run's start.
+        back = (np.asarray(firsts) - self.before[offset])[self.group_of[offset:end]] + self.rank[offset:end]
+        return Placed(groups, back.tolist())
+
+    @functools.cached_property
+    def keys_and_indices(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each offset's key and sample index."""
+        keys = np.empty(self.size, dtype=np.int64)
+        indices = np.empty(self.size, dtype=np.int64)
+        for group in self.groups:
+            keys[group.offsets] = group.key
+            indices[group.offsets] = group.indices
+        return keys, indices
+
+
 class Placer:
-    """Keys and sample indices of positions, and of whole spans of them (the last few kept)."""
+    """Keys and sample indices of positions, grouped by key; whole spans kept (the last few)."""
 
     def __init__(self, timeline: Timeline, orders: SourceOrders, keep: int = 4) -> None:
         self.timeline = timeline
         self.orders = orders
-        self.span = timeline.blocks.block * timeline.unit
+        self.span = timeline.blocks.chunk * timeline.unit
         self._sizes = np.asarray(orders.sizes, dtype=np.int64)
         self._keep = keep
-        self._spans: OrderedDict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = OrderedDict()
+        self._spans: OrderedDict[tuple[int, int], Span] = OrderedDict()
 
     def place(self, epoch: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(keys, sample indices)`` of positions ``at`` (inside the epoch) of ``epoch``."""
         sources, draws = self.timeline.locate(epoch, at)
         passes, within = np.divmod(draws, self._sizes[sources])
         keys = sources * PASS_STRIDE + passes
-        grouped = np.argsort(keys, kind="stable")
-        ordered = keys[grouped]
-        cuts = [0, *(np.flatnonzero(np.diff(ordered)) + 1).tolist(), len(keys)]
         indices = np.empty_like(draws)
-        for first, end in itertools.pairwise(cuts):  # a source's pass: one order for all its draws
-            source, taken = divmod(int(ordered[first]), PASS_STRIDE)
-            here = grouped[first:end]
+        for key in np.unique(keys).tolist():  # a source's pass: one order for all its draws
+            here = keys == key
+            source, taken = divmod(key, PASS_STRIDE)
             indices[here] = self.orders.order(source, epoch * PASS_STRIDE + taken)[within[here]]
         return keys, indices
 
-    def run(self, epoch: int, first: int, count: int) -> tuple[np.ndarray, np.ndarray] | None:
-        """:meth:`place` of positions ``first, first + 1, ...`` (``count`` of them), cut from their
-        span; None when they cross into the next span."""
+    def groups(self, epoch: int, at: np.ndarray) -> Placed:
+        """The groups of positions ``at`` (inside the epoch) of ``epoch``."""
+        return _grouped(*self.place(epoch, at))
+
+    def run(self, epoch: int, first: int, count: int, step: int = 1) -> Placed | None:
+        """:meth:`groups` of ``first, first + step, ...`` (``count`` of them), cut from their span;
+        None when they cross into the next span."""
         number = first // self.span
-        if (first + count - 1) // self.span != number:
+        if count < 1 or (first + (count - 1) * step) // self.span != number:
             return None
-        key = (epoch, number)
-        found = self._spans.get(key)
+        span = self._span(epoch, number)
+        offset = first - number * self.span
+        if step == 1:
+            return span.run(offset, count)
+        keys, indices = span.keys_and_indices
+        end = offset + (count - 1) * step + 1
+        return _grouped(keys[offset:end:step], indices[offset:end:step])
+
+    def _span(self, epoch: int, number: int) -> Span:
+        found = self._spans.get((epoch, number))
         if found is None:
-            start = number * self.span
-            end = min(start + self.span, self.timeline.length)
-            found = self._spans[key] = self.place(epoch, np.arange(start, end, dtype=np.int64))
+            found = self._spans[(epoch, number)] = self._placed_span(epoch, number)
             if len(self._spans) > self._keep:
                 self._spans.popitem(last=False)
-        offset = first - number * self.span
-        return found[0][offset : offset + count], found[1][offset : offset + count]
+        return found
+
+    def _placed_span(self, epoch: int, number: int) -> Span:
+        """Span ``number``: each source's positions, cut where its passes end."""
+        chunk, unit = self.timeline.chunk(epoch, number), self.timeline.unit
+        size = min(self.span, self.timeline.length - number * self.span)
+        grouped, counted, before = chunk.grouped, chunk.counted, chunk.before
+        if unit > 1:  # each unit's positions in turn; the epoch's last unit may be cut short
+            grouped = (grouped[:, None] * unit + np.arange(unit)).ravel()
+            counted, before = counted * unit, before * unit
+            if len(grouped) > size:
+                counted[chunk.sources[-1]] -= len(grouped) - size
+                grouped = grouped[grouped < size]
+        groups = []
+        starts = (np.cumsum(counted) - counted).tolist()
+        runs = zip(starts, counted.tolist(), before.tolist(), self.orders.sizes, strict=True)
+        for source, (start, count, draw, source_size) in enumerate(runs):
+            for first, end, pass_number in _passes(draw, count, source_size):
+                order = self.orders.order(source, epoch * PASS_STRIDE + pass_number)
+                within = draw + first - pass_number * source_size  # the run's start in the pass's order
+                offsets = grouped[start + first : start + end]
+                key = source * PASS_STRIDE + pass_number
+                groups.append(SpanGroup(key, offsets, order[within : within + end - first]))
+        return Span(size, groups)
+
+
+def _passes(draw: int, count: int, size: int) -> list[tuple[int, int, int]]:
+    """Draws ``draw ... draw + count - 1`` of a source of ``size`` samples, cut where each pass over
+    it ends: ``(first, end, pass)`` with ``first``/``end`` counted from ``draw``."""
+    cut, first = [], 0
+    while first < count:
+        pass_number = (draw + first) // size
+        end = min(count, (pass_number + 1) * size - draw)
+        cut.append((first, end, pass_number))
+        first = end
+    return cut
+
+
+def _grouped(keys: np.ndarray, indices: np.ndarray) -> Placed:
+    """The groups of positions with ``keys`` that read ``indices``."""
+    grouped = np.argsort(keys, kind="stable")
+    ordered = keys[grouped]
+    cuts = [0, *(np.flatnonzero(ordered[1:] != ordered[:-1]) + 1).tolist(), len(ordered)]
+    taken, slots = indices[grouped].tolist(), grouped.tolist()
+    groups = [Group(int(ordered[a]), slots[a], taken[a:b]) for a, b in itertools.pairwise(cuts)]
+    if len(groups) == 1:
+        return Placed(groups, None)
+    back = np.empty_like(grouped)
+    back[grouped] = np.arange(len(grouped))
+    return Placed(groups, back.tolist())

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from loaderfactory.mixture.blocks import Blocks
+from loaderfactory.mixture.blocks import CHUNK_POSITIONS, Blocks, Chunk
 from loaderfactory.mixture.counts import Counts
 from loaderfactory.mixture.epochs import Stop, epoch_length
 from loaderfactory.mixture.schedule import Interpolate, segments
@@ -51,29 +51,33 @@ class Timeline:
             in_units = [-(-size // unit) for size in sizes]
             self.length = epoch_length(self.counts, in_units, self.segments.weights[0], stop) * unit
         self.units = -(-self.length // unit)
-        self.blocks = Blocks(self.counts, block, seed)
+        self.blocks = Blocks(self.counts, block, seed, per_chunk=max(1, CHUNK_POSITIONS // (block * unit)))
 
     def start(self, epoch: int) -> int:
         """The unit ``epoch`` starts at on the timeline (0 for fixed weights: every epoch alike)."""
         return epoch * self.units if self.scheduled else 0
 
+    def chunk(self, epoch: int, number: int) -> Chunk:
+        """Chunk ``number`` of ``epoch``'s units (:class:`~loaderfactory.mixture.blocks.Chunk`)."""
+        return self.blocks.find(epoch, self.start(epoch), self.units, number * self.blocks.chunk)
+
     def locate(self, epoch: int, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For each of ``positions`` of ``epoch``: the source it reads, and how many draws of that
-        source the epoch made before it (a batch of neighbours touches a block or two)."""
+        source the epoch made before it (a batch of neighbours touches a chunk or two)."""
         units, offsets = np.divmod(positions, self.unit)
-        numbers = units // self.blocks.block
+        numbers = units // self.blocks.chunk
         low, high = int(numbers.min()), int(numbers.max())
-        if low == high:  # one block: what a span or a batch of neighbours mostly is
-            block = self.blocks.find(epoch, self.start(epoch), self.units, low * self.blocks.block)
-            at = units - block.start
-            return block.sources[at], block.draws[at] * self.unit + offsets
+        if low == high:  # one chunk: what a span or a batch of neighbours mostly is
+            chunk = self.chunk(epoch, low)
+            at = units - chunk.start
+            return chunk.sources[at], chunk.draws[at] * self.unit + offsets
         sources, draws = np.empty_like(units), np.empty_like(units)
         for number in np.unique(numbers).tolist():
-            block = self.blocks.find(epoch, self.start(epoch), self.units, number * self.blocks.block)
+            chunk = self.chunk(epoch, number)
             here = numbers == number
-            at = units[here] - block.start
-            sources[here] = block.sources[at]
-            draws[here] = block.draws[at] * self.unit + offsets[here]
+            at = units[here] - chunk.start
+            sources[here] = chunk.sources[at]
+            draws[here] = chunk.draws[at] * self.unit + offsets[here]
         return sources, draws
 
     def drawn(self, epoch: int, position: int) -> np.ndarray:

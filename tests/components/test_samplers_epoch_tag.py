@@ -67,3 +67,17 @@ def test_a_tag_costs_a_few_bytes_a_batch() -> None:
     plain, tagged = pickle.dumps(indices), pickle.dumps(TaggedBatch(indices, EpochTag(5, 3, True)))
     assert len(tagged) - len(plain) < 100
     assert pickle.loads(pickle.dumps(TaggedIndex(7, EpochTag(1, 2, False)))) == 7
+
+
+@pytest.mark.parametrize(("shuffle", "world_size", "step"), [(False, 1, 1), (False, 3, 3), (True, 1, None)])
+def test_a_batch_cut_from_a_range_says_its_step_after_pickling(
+    shuffle: bool, world_size: int, step: int | None
+) -> None:
+    """A worker's dataset may read a slice of the unshuffled order as a run (a mixture does)."""
+    sampler = ResumableSampler(RankOrder(120, seed=5, shuffle=shuffle, world_size=world_size), 8, False)
+    for batch in sampler:
+        received = pickle.loads(pickle.dumps(batch))
+        assert received == list(batch)
+        assert getattr(received, "step", None) == step
+        if step is not None:
+            assert received == list(range(received[0], received[0] + step * len(received), step))

@@ -48,7 +48,7 @@ def test_counts_far_along_the_timeline_cost_no_more_than_near_its_start() -> Non
 
 
 def block_sources(blocks: Blocks, length: int, epoch: int = 0) -> np.ndarray:
-    return np.concatenate([blocks.find(epoch, 0, length, k).sources for k in range(0, length, blocks.block)])
+    return np.concatenate([blocks.find(epoch, 0, length, k).sources for k in range(0, length, blocks.chunk)])
 
 
 def test_random_draws_pass_a_chi_square_test_against_the_weights() -> None:
@@ -75,12 +75,12 @@ def test_random_batches_vary_and_differ_between_seeds_and_epochs() -> None:
     """Within a block the order is random: batches of 32 hold different mixes, and another seed or
     epoch arranges the same counts differently."""
     counts = Counts(segments([(0, [0.5, 0.5])]))
-    one = Blocks(counts, 1024, seed=1).find(0, 0, 4096, 0).sources
+    one = Blocks(counts, 1024, seed=1).find(0, 0, 4096, 0).sources[:1024]
     per_batch = {int(np.bincount(batch, minlength=2)[0]) for batch in one.reshape(32, 32)}
     assert len(per_batch) > 3
-    assert not np.array_equal(one, Blocks(counts, 1024, seed=2).find(0, 0, 4096, 0).sources)
-    assert not np.array_equal(one, Blocks(counts, 1024, seed=1).find(1, 0, 4096, 0).sources)
-    assert np.array_equal(one, Blocks(counts, 1024, seed=1).find(0, 0, 4096, 5).sources)
+    assert not np.array_equal(one, Blocks(counts, 1024, seed=2).find(0, 0, 4096, 0).sources[:1024])
+    assert not np.array_equal(one, Blocks(counts, 1024, seed=1).find(1, 0, 4096, 0).sources[:1024])
+    assert np.array_equal(one, Blocks(counts, 1024, seed=1).find(0, 0, 4096, 5).sources[:1024])
 
 
 def test_stratified_blocks_hold_the_shares_in_every_global_batch() -> None:
@@ -92,10 +92,19 @@ def test_stratified_blocks_hold_the_shares_in_every_global_batch() -> None:
         assert (np.abs(observed - 32 * weights) < 1).all()
 
 
-def test_draw_numbers_count_each_sources_earlier_draws_in_the_epoch() -> None:
-    blocks = Blocks(Counts(segments([(0, [0.6, 0.4])])), 100, seed=0)
+@pytest.mark.parametrize(
+    ("length", "block", "per_chunk"),
+    [(1000, 100, None), (1050, 100, 3), (2500, 1000, None), (997, 64, 2)],
+    ids=["one chunk", "chunks, the last block short", "the last block short", "many chunks"],
+)
+def test_draw_numbers_count_each_sources_earlier_draws_in_the_epoch(
+    length: int, block: int, per_chunk: int | None
+) -> None:
+    blocks = Blocks(Counts(segments([(0, [0.6, 0.4])])), block, seed=0, per_chunk=per_chunk)
     seen: dict[int, list[int]] = {0: [], 1: []}
-    for k in range(1000):
-        block = blocks.find(0, 0, 1000, k)
-        seen[int(block.sources[k - block.start])].append(int(block.draws[k - block.start]))
-    assert seen == {0: list(range(600)), 1: list(range(400))}
+    for k in range(length):
+        chunk = blocks.find(0, 0, length, k)
+        assert len(chunk.sources) == len(chunk.draws) == min(blocks.chunk, length - chunk.start)
+        seen[int(chunk.sources[k - chunk.start])].append(int(chunk.draws[k - chunk.start]))
+    first = round(0.6 * length)
+    assert seen == {0: list(range(first)), 1: list(range(length - first))}

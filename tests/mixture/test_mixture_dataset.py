@@ -149,7 +149,7 @@ class Failing(torch.utils.data.Dataset[dict[str, torch.Tensor]]):
     def __getitem__(self, index: int) -> dict[str, torch.Tensor]:
         if index == 3:
             raise KeyError(f"sample {index} is missing")
-        return {"index": torch.tensor(index)}
+        return {"x": torch.zeros(1), "index": torch.tensor(index)}
 
 
 @pytest.mark.parametrize("workers", [0, 2])
