@@ -17,6 +17,7 @@ from loaderfactory.errors import ConfigError, ConfigProblem, LimitError, ResumeE
 from loaderfactory.loader_state import (
     Chain,
     Difference,
+    global_batch_splits,
     load_slot,
     mixture_changes,
     moved_data,
@@ -245,7 +246,8 @@ class Loader:
             strict = bool(getattr(getattr(self.spec, "resume", None), "strict", False))
         config = self._config()
         remixed = mixture_changes(state.get("config"), config, self.spec)
-        moved = moved_data(state.get("config"), config, self.spec, strict, accepted=remixed)
+        split = global_batch_splits(state.get("config"), config, self._components.get("dataset"))
+        moved = moved_data(state.get("config"), config, self.spec, strict, accepted=remixed + split)
         saved = saved_slots(state["slots"])
         if list(saved) != list(self._components):
             raise ResumeError(

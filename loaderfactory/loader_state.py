@@ -232,6 +232,15 @@ def mixture_changes(saved: Any, current: Any, spec: Any) -> list[Difference]:
     return [d for d in differences(saved, current) if _slot_says(spec, d, "is_mix_change", d.path[1:])]
 
 
+def global_batch_splits(saved: Any, current: Any, dataset: Any) -> list[Difference]:
+    """``loader.batch_size`` changed with the world size while the dataset mixes fixed global batches
+    (a mixture's ``global_batch``): the same global steps, split between other ranks (the loader
+    checks its batch_size × world size is the global batch)."""
+    if getattr(dataset, "global_batch", None) is None:
+        return []
+    return [d for d in differences(saved, current) if d.path == ("loader", "batch_size")]
+
+
 def warn_mixture_changed(changes: Sequence[Difference]) -> None:
     """A :class:`ResumeWarning` naming each change of a mixture a state resumed across."""
     if changes:

@@ -6,10 +6,11 @@ from typing import Any
 
 from loaderfactory.builders import BuildContext
 from loaderfactory.config import registry
-from loaderfactory.config.specs.mixture import MixtureDatasetSpec, StopAfterSamples
+from loaderfactory.config.specs.mixture import MixtureDatasetSpec, StopAfterSamples, StopAfterSteps
 from loaderfactory.config.specs.target import TargetDatasetSpec
 from loaderfactory.errors import ConfigError, ConfigProblem
 from loaderfactory.mixture.dataset import MixtureDataset
+from loaderfactory.mixture.epochs import Steps, Stop
 
 
 def build_mixture(spec: MixtureDatasetSpec, upstream: None, context: BuildContext) -> MixtureDataset:
@@ -27,12 +28,11 @@ def build_mixture(spec: MixtureDatasetSpec, upstream: None, context: BuildContex
         points = [(0, {name: float(len(dataset)) for name, dataset in sources.items()})]
     else:
         points = [(0, {name: float(source.weight or 0) for name, source in spec.sources.items()})]
-    stop = spec.stop.samples if isinstance(spec.stop, StopAfterSamples) else spec.stop
     try:
         return MixtureDataset(
             sources,
             points,
-            stop,
+            _stop(spec),
             interpolate=spec.interpolate,
             block=spec.mixing_block(),
             seed=spec.seed if spec.seed is not None else context.seed or 0,
@@ -40,9 +40,22 @@ def build_mixture(spec: MixtureDatasetSpec, upstream: None, context: BuildContex
             max_repeats=spec.max_repeats,
             source_key=spec.source_key,
             unit=spec.mixing_unit(),
+            unit_sizes=spec.per_source_sizes() or None,
+            global_batch=spec.global_batch if spec.batching != "random" else None,
         )
     except ValueError as err:  # a source read more often than max_repeats allows
         raise ConfigError(ConfigProblem("max_repeats", str(err))) from None
+
+
+def _stop(spec: MixtureDatasetSpec) -> Stop:
+    """The epoch's end: steps are units with per_source batching, else global batches of samples."""
+    if isinstance(spec.stop, StopAfterSamples):
+        return spec.stop.samples
+    if isinstance(spec.stop, StopAfterSteps):
+        if spec.batching == "per_source":
+            return Steps(spec.stop.steps)
+        return spec.stop.steps * (spec.global_batch or 1)
+    return spec.stop
 
 
 def _build_source(name: str, spec: Any, context: BuildContext) -> Any:

@@ -280,6 +280,8 @@ class ResumableDataLoader(DataLoader[Any]):
         settings = dict(self._settings())
         if self.elastic:
             settings.pop("world_size")
+            if getattr(self.dataset, "global_batch", None) is not None:
+                settings.pop("batch_size")  # the dataset's global batch, split between other ranks
         check_matching(owner, state, settings)
         epoch = require_int(owner, state, "epoch")
         position = require_int(owner, state, "position", high=self._epoch_end())

@@ -15,6 +15,7 @@ from loaderfactory.mixture.epochs import Stop, passes
 from loaderfactory.mixture.orders import SourceOrders
 from loaderfactory.mixture.placing import PASS_STRIDE, Group, Placed, Placer
 from loaderfactory.mixture.schedule import Interpolate
+from loaderfactory.mixture.steps import GlobalSteps
 from loaderfactory.mixture.timeline import Timeline
 
 
@@ -40,6 +41,10 @@ class MixtureDataset(Dataset[Any]):
         source_key: add the source's name to each (dict) item under this key.
         unit: positions taken from one source at a time: the global batch makes every batch come
             from one source (``per_source`` batching), shares then counting batches.
+        unit_sizes: name → positions per unit of that source, where a source's batches have their own
+            size (fixed weights; the epoch's length in steps or by exhaustion).
+        global_batch: the global batch the mixing assumes (``stratified``, ``per_source``): a loader
+            checks its batches are cut so.
     """
 
     def __init__(
@@ -55,12 +60,16 @@ class MixtureDataset(Dataset[Any]):
         max_repeats: int | None = None,
         source_key: str | None = None,
         unit: int = 1,
+        unit_sizes: Mapping[str, int] | None = None,
+        global_batch: int | None = None,
     ) -> None:
         self.names = list(sources)
         self.sources = [sources[name] for name in self.names]
         self.sizes = [len(source) for source in self.sources]
         points = [(int(at), [float(w.get(name, 0.0)) for name in self.names]) for at, w in weights]
-        self.timeline = Timeline(points, interpolate, stop, self.sizes, block, seed, unit)
+        per_source = None if unit_sizes is None else [unit_sizes.get(name, unit) for name in self.names]
+        self.timeline = Timeline(points, interpolate, stop, self.sizes, block, seed, unit, per_source)
+        self.global_batch = global_batch
         self.length = self.timeline.length
         self.seed = seed
         self.shuffle = shuffle
@@ -84,6 +93,15 @@ class MixtureDataset(Dataset[Any]):
         """The positions in order, whatever the loader's seed: the mixture's own seed mixes them."""
         self.epoch = epoch
         return range(self.length)
+
+    def global_steps(self, epoch: int) -> GlobalSteps | None:
+        """Epoch ``epoch``'s global steps where batches differ in size by source, else None (the
+        loader cuts batches of its own size)."""
+        return None if self.timeline.uniform else GlobalSteps(self.timeline, epoch)
+
+    def step_sizes(self) -> dict[str, int]:
+        """Samples in a global step of each source (its unit)."""
+        return dict(zip(self.names, self.timeline.unit_sizes.tolist(), strict=True))
 
     def draws(self, epoch: int) -> np.ndarray:
         """Samples each source gives in ``epoch``."""
@@ -228,7 +246,7 @@ class MixtureDataset(Dataset[Any]):
             return
         # Any epoch of a schedule takes no more than its largest weight does.
         timeline = self.timeline
-        scheduled = timeline.segments.weights.max(axis=0) * (timeline.units + 1) * timeline.unit
+        scheduled = timeline.segments.weights.max(axis=0) * (timeline.units + 1) * timeline.unit_sizes
         most = scheduled if timeline.scheduled else self.draws(0)
         for name, taken, size in zip(
             self.names, passes(np.asarray(most), self.sizes), self.sizes, strict=True

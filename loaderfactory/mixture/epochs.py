@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
 from loaderfactory.mixture.counts import Counts
 
-Stop = Literal["first_exhausted", "all_exhausted"] | int
-"""End an epoch when one source has been read whole, when every source has, or after that many samples."""
+
+class Steps(NamedTuple):
+    """An epoch of this many units (global steps, with ``per_source`` batching)."""
+
+    steps: int
+
+
+Stop = Literal["first_exhausted", "all_exhausted"] | int | Steps
+"""End an epoch when one source has been read whole, when every source has, after that many samples,
+or after that many :class:`Steps`."""
 
 
 def exhausted_at(counts: Counts, source: int, size: int) -> int:

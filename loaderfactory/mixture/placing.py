@@ -54,7 +54,8 @@ class Span:
     """Every position of a span, placed, as its groups, with what cuts a run of offsets from them
     without a search: each offset's group and rank in it, and each group's count before each offset."""
 
-    def __init__(self, size: int, groups: list[SpanGroup]) -> None:
+    def __init__(self, start: int, size: int, groups: list[SpanGroup]) -> None:
+        self.start = start
         self.size = size
         self.groups = groups
         self.keys = [group.key for group in groups]
@@ -100,10 +101,10 @@ class Placer:
     def __init__(self, timeline: Timeline, orders: SourceOrders, keep: int = 4) -> None:
         self.timeline = timeline
         self.orders = orders
-        self.span = timeline.blocks.chunk * timeline.unit
         self._sizes = np.asarray(orders.sizes, dtype=np.int64)
         self._keep = keep
         self._spans: OrderedDict[tuple[int, int], Span] = OrderedDict()
+        self._last: tuple[int, Span] | None = None
 
     def place(self, epoch: int, at: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``(keys, sample indices)`` of positions ``at`` (inside the epoch) of ``epoch``."""
@@ -124,47 +125,60 @@ class Placer:
     def run(self, epoch: int, first: int, count: int, step: int = 1) -> Placed | None:
         """:meth:`groups` of ``first, first + step, ...`` (``count`` of them), cut from their span;
         None when they cross into the next span."""
-        number = first // self.span
-        if count < 1 or (first + (count - 1) * step) // self.span != number:
+        span = self._span_of(epoch, first)
+        offset = first - span.start
+        if count < 1 or offset + (count - 1) * step >= span.size:
             return None
-        span = self._span(epoch, number)
-        offset = first - number * self.span
         if step == 1:
             return span.run(offset, count)
         keys, indices = span.keys_and_indices
         end = offset + (count - 1) * step + 1
         return _grouped(keys[offset:end:step], indices[offset:end:step])
 
-    def _span(self, epoch: int, number: int) -> Span:
-        found = self._spans.get((epoch, number))
-        if found is None:
-            found = self._spans[(epoch, number)] = self._placed_span(epoch, number)
+    def _span_of(self, epoch: int, position: int) -> Span:
+        """The span holding ``position`` (the last one asked for, mostly)."""
+        if self._last is not None:
+            last_epoch, span = self._last
+            if last_epoch == epoch and span.start <= position < span.start + span.size:
+                return span
+        number = self.timeline.chunk_of(epoch, position)
+        kept = self._spans.get((epoch, number))
+        if kept is None:
+            kept = self._spans[(epoch, number)] = self._placed_span(epoch, number)
             if len(self._spans) > self._keep:
                 self._spans.popitem(last=False)
-        return found
+        span = kept
+        self._last = (epoch, span)
+        return span
 
     def _placed_span(self, epoch: int, number: int) -> Span:
-        """Span ``number``: each source's positions, cut where its passes end."""
-        chunk, unit = self.timeline.chunk(epoch, number), self.timeline.unit
-        size = min(self.span, self.timeline.length - number * self.span)
-        grouped, counted, before = chunk.grouped, chunk.counted, chunk.before
-        if unit > 1:  # each unit's positions in turn; the epoch's last unit may be cut short
-            grouped = (grouped[:, None] * unit + np.arange(unit)).ravel()
-            counted, before = counted * unit, before * unit
+        """Span ``number``: the positions of its chunk's units, each source's cut where its passes end."""
+        timeline = self.timeline
+        chunk, per_unit = timeline.chunk(epoch, number), timeline.unit_sizes
+        first_unit = number * timeline.blocks.chunk
+        start = timeline.unit_start(epoch, first_unit)
+        size = min(timeline.unit_start(epoch, first_unit + len(chunk.sources)), timeline.length) - start
+        grouped, counted, before = chunk.grouped, chunk.counted * per_unit, chunk.before * per_unit
+        if not (per_unit == 1).all():  # each unit's positions in turn; the epoch's last may be cut short
+            lengths = per_unit[chunk.sources]
+            starts = (np.cumsum(lengths) - lengths)[grouped]
+            lengths = lengths[grouped]
+            ends = np.cumsum(lengths)
+            grouped = np.repeat(starts - (ends - lengths), lengths) + np.arange(int(ends[-1]))
             if len(grouped) > size:
                 counted[chunk.sources[-1]] -= len(grouped) - size
                 grouped = grouped[grouped < size]
         groups = []
-        starts = (np.cumsum(counted) - counted).tolist()
-        runs = zip(starts, counted.tolist(), before.tolist(), self.orders.sizes, strict=True)
-        for source, (start, count, draw, source_size) in enumerate(runs):
-            for first, end, pass_number in _passes(draw, count, source_size):
+        firsts = (np.cumsum(counted) - counted).tolist()
+        runs = zip(firsts, counted.tolist(), before.tolist(), self.orders.sizes, strict=True)
+        for source, (first, count, draw, source_size) in enumerate(runs):
+            for begin, end, pass_number in _passes(draw, count, source_size):
                 order = self.orders.order(source, epoch * PASS_STRIDE + pass_number)
-                within = draw + first - pass_number * source_size  # the run's start in the pass's order
-                offsets = grouped[start + first : start + end]
+                within = draw + begin - pass_number * source_size  # the run's start in the pass's order
+                offsets = grouped[first + begin : first + end]
                 key = source * PASS_STRIDE + pass_number
-                groups.append(SpanGroup(key, offsets, order[within : within + end - first]))
-        return Span(size, groups)
+                groups.append(SpanGroup(key, offsets, order[within : within + end - begin]))
+        return Span(start, size, groups)
 
 
 def _passes(draw: int, count: int, size: int) -> list[tuple[int, int, int]]:

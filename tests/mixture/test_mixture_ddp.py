@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from mixture_ddp_scenarios import LOADERS, STEPS, config
+from mixture_ddp_scenarios import BATCH_SIZE_STEPS, GLOBAL_BATCHES, LOADERS, STEPS, config
 
 from loaderfactory import build_loader
 
@@ -43,9 +43,10 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, list[dict[str, A
     return {4: _torchrun(4, out, None), 2: _torchrun(2, out, 4), 3: _torchrun(3, out, 2)}
 
 
-def epoch_draws(kind: str) -> Counter[tuple[str, int]]:
+def epoch_draws(name: str) -> Counter[tuple[str, int]]:
     """The epoch's draws, read from the mixture itself in one process."""
-    with build_loader({**config(kind, 0), "loader": {"kind": "torch", "batch_size": 1}}) as loader:
+    made = config(name)
+    with build_loader({**made, "loader": {**made["loader"], "kind": "torch", "num_workers": 0}}) as loader:
         mixture = loader.dataset
         located = [mixture.locate(k, epoch=0) for k in range(len(mixture))]
         ids = [int(mixture.sources[s][i]["index"]) for s, i in located]
@@ -62,6 +63,25 @@ def test_a_mixture_resumed_at_another_world_size_delivers_every_remaining_draw_o
     runs: dict[int, list[dict[str, Any]]], name: str, saved: int, resumed: int
 ) -> None:
     before, after = counted(runs[saved], name, "head"), counted(runs[resumed], name, "rest")
-    assert sum(before.values()) == saved * STEPS * 4  # mid-epoch, before the schedule's second point
-    assert before + after == epoch_draws(LOADERS[name][0])
-    assert [record[name]["len"] for record in runs[resumed]] == [240 // resumed // 4] * resumed  # whole epoch
+    assert before + after == epoch_draws(name)
+    lengths = [record[name]["len"] for record in runs[resumed]]
+    if name == "batch-sizes":
+        assert lengths == [BATCH_SIZE_STEPS] * resumed  # whole epoch, in global steps
+    else:
+        assert sum(before.values()) == saved * STEPS * 4  # mid-epoch, before the schedule's second point
+        assert lengths == [240 // resumed // 4] * resumed
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_source_with_its_own_global_batch_gives_each_rank_its_share_of_it(
+    runs: dict[int, list[dict[str, Any]]], world_size: int
+) -> None:
+    """Each rank's batches of a ``per_source`` step come from one source, of that source's global
+    batch split between the ranks, the ranks in step."""
+    per_rank = [record["batch-sizes"]["batches"] for record in runs[world_size]]
+    assert len({len(batches) for batches in per_rank}) == 1
+    for step in zip(*per_rank, strict=True):
+        sources = {tuple(names) for names, _ in step}
+        assert len(sources) == 1 and len(next(iter(sources))) == 1
+        (name,) = next(iter(sources))
+        assert {size for _, size in step} == {GLOBAL_BATCHES[name] // world_size}

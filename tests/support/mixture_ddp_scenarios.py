@@ -3,9 +3,10 @@
     torchrun --standalone --nproc_per_node=N tests/support/mixture_ddp_scenarios.py OUT [--resume W]
 
 Builds a scheduled mixture behind the ``torch`` and the ``sharded`` loader (``workers`` 0 and 2 for
-``sharded``) and, for each, writes what this rank read: with ``--resume W``, the rest of the epoch
-after loading the state rank 0 saved at world size ``W``; then, from a fresh loader, ``STEPS``
-batches, after which rank 0 saves the state for the next world size.
+``sharded``), and a ``per_source`` mixture whose sources have their own global batch behind the
+``torch`` loader (``workers`` 2) and, for each, writes what this rank read: with ``--resume W``, the
+rest of the epoch after loading the state rank 0 saved at world size ``W``; then, from a fresh
+loader, ``STEPS`` batches, after which rank 0 saves the state for the next world size.
 """
 
 from __future__ import annotations
@@ -21,17 +22,34 @@ import torch.distributed as dist
 import loaderfactory
 
 STEPS = 3
-LOADERS = {"torch": ("torch", 0), "sharded": ("sharded", 0), "sharded-workers": ("sharded", 2)}
+LOADERS = {
+    "torch": ("torch", 0),
+    "sharded": ("sharded", 0),
+    "sharded-workers": ("sharded", 2),
+    "batch-sizes": ("torch", 2),
+}
+SOURCES = (("web", 37, 1), ("code", 23, 2), ("books", 11, 3))
+GLOBAL_BATCHES = {"web": 12, "code": 24, "books": 36}
+"""Samples per global step of each source in ``batch-sizes``: each splits evenly over 2, 3 or 4 ranks."""
+BATCH_SIZE_STEPS = 30
 
 
-def config(kind: str, workers: int) -> dict[str, Any]:
-    """Three synthetic sources of uneven sizes on a linear schedule, 240 samples an epoch."""
-    sources = {
+def source_configs() -> dict[str, Any]:
+    return {
         name: {
             "dataset": {"kind": "synthetic", "length": length, "seed": seed, "fields": {"x": {"shape": [1]}}}
         }
-        for name, length, seed in (("web", 37, 1), ("code", 23, 2), ("books", 11, 3))
+        for name, length, seed in SOURCES
     }
+
+
+def config(name: str, world_size: int = 1) -> dict[str, Any]:
+    """``batch-sizes``: :func:`batch_sizes_config`; else three synthetic sources of uneven sizes on a
+    linear schedule, 240 samples an epoch."""
+    kind, workers = LOADERS[name]
+    if name == "batch-sizes":
+        return batch_sizes_config(world_size)
+    sources = source_configs()
     weights = [
         {"at": 0, "weights": {"web": 0.7, "code": 0.2, "books": 0.1}},
         {"at": 200, "weights": {"web": 0.2, "code": 0.3, "books": 0.5}},
@@ -49,6 +67,24 @@ def config(kind: str, workers: int) -> dict[str, Any]:
     return {"dataset": dataset, "loader": loader, "seed": 5}
 
 
+def batch_sizes_config(world_size: int) -> dict[str, Any]:
+    """The same sources, ``per_source``, each with its own global batch, 30 global steps an epoch."""
+    sources = source_configs()
+    for name, size in GLOBAL_BATCHES.items():
+        sources[name]["global_batch"] = size
+    dataset = {
+        "kind": "mixture",
+        "sources": sources,
+        "batching": "per_source",
+        "global_batch": 12,
+        "stop": {"steps": BATCH_SIZE_STEPS},
+        "block": 8,
+        "source_key": "source",
+    }
+    loader = {"kind": "torch", "batch_size": 12 // world_size, "shuffle": True, "num_workers": 2}
+    return {"dataset": dataset, "loader": loader, "seed": 5}
+
+
 def draws(batches: Any) -> list[list[Any]]:
     return [
         [source, int(index)]
@@ -57,14 +93,20 @@ def draws(batches: Any) -> list[list[Any]]:
     ]
 
 
+def batch_sources(batches: Any) -> list[list[Any]]:
+    """Each batch's distinct sources and its size."""
+    return [[sorted(set(batch["source"])), len(batch["source"])] for batch in batches]
+
+
 def run(name: str, out: Path, resume: int | None) -> dict[str, Any]:
-    kind, workers = LOADERS[name]
+    made = config(name, dist.get_world_size())
     record: dict[str, Any] = {}
     if resume is not None:
-        with loaderfactory.build_loader(config(kind, workers)) as loader:
+        with loaderfactory.build_loader(made) as loader:
             loader.load_state_dict(json.loads((out / f"state.{name}.w{resume}.json").read_text()))
-            record["rest"], record["len"] = draws(loader), len(loader)
-    with loaderfactory.build_loader(config(kind, workers)) as loader:
+            batches = list(loader)
+            record.update(rest=draws(batches), len=len(loader), batches=batch_sources(batches))
+    with loaderfactory.build_loader(made) as loader:
         record["head"] = draws(itertools.islice(iter(loader), STEPS))
         if dist.get_rank() == 0:
             state = json.dumps(loader.state_dict())

@@ -25,6 +25,8 @@ import numpy as np
 
 from loaderfactory.components.epoch_announce import TaggedBatch
 from loaderfactory.components.order import BALANCE, Balance, RankOrder, rank_part
+from loaderfactory.components.samplers import check_global_batch
+from loaderfactory.errors import ArgumentError
 
 LastBatch = Literal["keep", "discard", "rollover"]
 Step = list[int] | list[list[int]]
@@ -153,6 +155,12 @@ class ShardPlanner:
         self.last_batch = last_batch
         self.num_shards = num_shards
         self.order = RankOrder(length or 0, seed, shuffle, rank, world_size, balance, dataset)
+        if sampler is None and batch_sampler is None and check_global_batch(dataset, batch_size, world_size):
+            raise ArgumentError(
+                "kind",
+                "a mixture whose sources have their own global_batch cuts batches of different sizes: "
+                "read it with loader kind torch",
+            )
 
     @property
     def elastic(self) -> bool:

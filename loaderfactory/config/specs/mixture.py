@@ -20,6 +20,9 @@ class MixtureSourceSpec(Spec):
     """Any dataset config (shards, a _target_, another mixture), with its own transforms."""
     weight: Weight | None = None
     """Its share, before normalising; null for every source: shares proportional to the sources' sizes."""
+    global_batch: Count | None = None
+    """per_source batching: samples per global step when a step reads this source (its batches' size ×
+    world size); null: the mixture's global_batch."""
 
 
 class WeightsPointSpec(Spec):
@@ -37,7 +40,14 @@ class StopAfterSamples(Spec):
     samples: Count
 
 
-Stop = Literal["first_exhausted", "all_exhausted"] | StopAfterSamples
+class StopAfterSteps(Spec):
+    """An epoch of a fixed number of global steps (of global_batch samples; per_source: of each
+    step's source's global_batch)."""
+
+    steps: Count
+
+
+Stop = Literal["first_exhausted", "all_exhausted"] | StopAfterSamples | StopAfterSteps
 
 
 class MixtureDatasetSpec(DatasetKindSpec):
@@ -60,7 +70,8 @@ class MixtureDatasetSpec(DatasetKindSpec):
     """Samples in the whole run (over all epochs); needed by at: fraction."""
     stop: Stop = "all_exhausted"
     """When an epoch ends: first_exhausted (a source was read whole), all_exhausted (every source was; those
-    that ran out start a new pass), or {samples: N}. A schedule needs {samples: N}."""
+    that ran out start a new pass), {samples: N} or {steps: N} (global steps). A schedule needs one of the
+    last two."""
     batching: Literal["random", "stratified", "per_source"] = "random"
     """random: each position's source at random, shares exact over every `block` positions; stratified: every
     global batch holds the shares (to one sample); per_source: every global batch from one source, shares
@@ -82,7 +93,7 @@ class MixtureDatasetSpec(DatasetKindSpec):
     def _weights_make_sense(self) -> MixtureDatasetSpec:
         """Weights are given for every source or none, not all 0; a schedule names known sources, in
         time order, over epochs of a fixed size; batching and each ``at`` unit have what they need."""
-        problems = self._source_weight_problems() + self._schedule_problems()
+        problems = self._source_weight_problems() + self._schedule_problems() + self._batch_size_problems()
         if problems:
             raise broken_rules(type(self).__name__, problems)
         return self
@@ -113,10 +124,9 @@ class MixtureDatasetSpec(DatasetKindSpec):
         problems = self._unit_problems()
         if not self.weights:
             problems.append(("weights", "give at least one point {at, weights}, or null", []))
-        if not isinstance(self.stop, StopAfterSamples):
-            problems.append(
-                ("stop", "a schedule needs epochs of a fixed size: stop: {samples: N}", self.stop)
-            )
+        if not isinstance(self.stop, StopAfterSamples | StopAfterSteps):
+            told = "a schedule needs epochs of a fixed size: stop: {samples: N} or {steps: N}"
+            problems.append(("stop", told, self.stop))
         previous = None
         for n, point in enumerate(self.weights):
             unknown = sorted(set(point.weights) - set(self.sources))
@@ -147,6 +157,34 @@ class MixtureDatasetSpec(DatasetKindSpec):
         if self.weights is not None and self.at == "fraction" and self.run_samples is None:
             problems.append(("run_samples", "at: fraction needs the run's length in samples", None))
         return problems
+
+    def _batch_size_problems(self) -> list[tuple[str, str, Any]]:
+        own = {name: s.global_batch for name, s in self.sources.items() if s.global_batch is not None}
+        problems: list[tuple[str, str, Any]] = []
+        if isinstance(self.stop, StopAfterSteps) and self.global_batch is None:
+            problems.append(("global_batch", "stop: {steps: N} needs the samples per step", None))
+        if own and self.batching != "per_source":
+            return problems + [
+                (f"sources.{name}.global_batch", "a batch size per source needs batching: per_source", size)
+                for name, size in own.items()
+            ]
+        if not self.per_source_sizes():
+            return problems
+        if self.weights is not None:
+            told = "a schedule needs one global_batch for every source (an epoch's length would change)"
+            problems.append(("weights", told, None))
+        if isinstance(self.stop, StopAfterSamples):
+            told = "with a global_batch per source, give the epoch's length in global steps: {steps: N}"
+            problems.append(("stop", told, self.stop.model_dump()))
+        return problems
+
+    def per_source_sizes(self) -> dict[str, int]:
+        """Sources whose global steps differ in size from ``global_batch``: name → their size."""
+        return {
+            name: s.global_batch
+            for name, s in self.sources.items()
+            if s.global_batch is not None and s.global_batch != self.global_batch
+        }
 
     mix_fields: ClassVar[frozenset[str]] = frozenset({"weights", "at", "interpolate", "run_samples"})
     """Fields that only change how the sources are mixed (with each source's ``weight``, and the
@@ -182,4 +220,6 @@ class MixtureDatasetSpec(DatasetKindSpec):
         return round(at)
 
     def known_length(self) -> int | None:
+        if isinstance(self.stop, StopAfterSteps) and not self.per_source_sizes():
+            return self.stop.steps * (self.global_batch or 1)
         return self.stop.samples if isinstance(self.stop, StopAfterSamples) else None
