@@ -399,3 +399,30 @@ def test_a_cache_limit_below_the_shuffled_window_is_refused_and_one_that_holds_i
     config = _config(urls, 2, shuffle_window=3, open_shards=3, cache={"limit": window})
     with loaderfactory.build_loader(config) as loader:
         assert _ids(loader) == Counter(range(sum(COUNTS)))
+
+
+def test_a_shuffled_batch_advances_predownload_once_not_once_per_shard(
+    http_shards: tuple[list[str], Counter[str]], private_tmp: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shuffled batch touches most shards of its window; predownload looks ahead once for the batch
+    (and once when a shard is first opened), not once for each shard it reads from."""
+    urls, _ = http_shards
+    calls: list[int] = []
+    advance = Predownloader.advance
+
+    def counted(self: Predownloader, index: int, order: Sequence[int] | None) -> None:
+        calls.append(index)
+        advance(self, index, order)
+
+    monkeypatch.setattr(Predownloader, "advance", counted)
+    config = _config(
+        urls, num_workers=0, predownload=sum(COUNTS), shuffle_window=len(COUNTS), open_shards=None
+    )
+    config["loader"]["batch_size"] = 8
+    with loaderfactory.build_loader(config) as loader:
+        batches = list(loader)
+        assert _ids(batches) == Counter(range(sum(COUNTS)))
+    ends = np.cumsum(COUNTS)
+    touched = sum(len({int(np.searchsorted(ends, int(i), side="right")) for i in b["cls"]}) for b in batches)
+    assert touched > 2 * len(batches)  # batches do span shards: per-shard advancing would show
+    assert len(calls) <= len(batches) + 2 * len(COUNTS)

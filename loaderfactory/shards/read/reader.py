@@ -87,21 +87,31 @@ class ShardReader:
         return item
 
     def read_batch(self, indices: Sequence[int]) -> list[Any]:
-        """``[self.read_sample(i) for i in indices]``, each shard's runs read at once (:mod:`.batch`)."""
-        return read_batch(self, indices)
+        """``[self.read_sample(i) for i in indices]``, each shard's runs read at once (:mod:`.batch`),
+        then predownload advanced once, to the batch's last sample (a shuffled batch reads from most
+        shards of its window: once per shard read would cost more than the reads of small samples).
+        Advancing after the reads keeps the rule of :meth:`shard`: the shards in use are held first."""
+        read = read_batch(self, indices)
+        if indices and self.ahead.predownload:
+            last = indices[-1] if indices[-1] >= 0 else indices[-1] + len(self)
+            if 0 <= last < len(self):
+                self.ahead.predownload_after(last, self._current_order())
+        return read
 
     def open_run(self, shard: int, first: int, last: int) -> Shard:
-        """Shard ``shard`` opened for samples ``first`` to ``last``, its failure raised as reading
-        sample ``first`` raises it (without opening it again, and so without its retries again)."""
+        """Shard ``shard`` opened for samples ``first`` to ``last`` of a batch (predownload advanced
+        for the batch), its failure raised as reading sample ``first`` raises it (without opening it
+        again, and so without its retries again)."""
         try:
-            return self.shard(shard, last, first)
+            return self.shard(shard, last, first, advance=False)
         except READ_ERRORS as err:
             local = first - (self.ends[shard - 1] if shard else 0)
             raise in_sample(err, f"while reading sample #{local} of the shard (#{first} overall)") from err
 
-    def shard(self, number: int, position: int, first: int | None = None) -> Shard:
+    def shard(self, number: int, position: int, first: int | None = None, advance: bool = True) -> Shard:
         """Shard ``number``, opened for reading samples ``first`` (default: ``position``) to
-        ``position``, with predownload advanced (and read-ahead started, if it was not open).
+        ``position``, with predownload advanced (unless ``advance`` is off: a batch advanced it, or
+        when a new shard is opened) and read-ahead started, if it was not open.
 
         The first shard a process reads (none open yet, so none held) has the fetches ahead start
         before its own fetch, to run beside it instead of after it: they take the cache's room
@@ -119,7 +129,7 @@ class ShardReader:
             self._last_opened = number
             if self._in_order >= 2:  # two shards in a row in stored order: the next one comes next
                 self._open_ahead(number + 1)
-        if ahead.predownload:
+        if ahead.predownload and (advance or new):
             ahead.predownload_after(position, self._current_order())
         return opened
 
