@@ -59,7 +59,7 @@ class MixtureDatasetSpec(DatasetKindSpec):
 
     kind: Literal["mixture"] = "mixture"
     sources: dict[str, MixtureSourceSpec] = Field(min_length=1)
-    """Source name → {dataset, weight}."""
+    """Source name → {dataset, weight, global_batch (per_source: its own samples per global step)}."""
     weights: list[WeightsPointSpec] | None = None
     """A schedule: points {at, weights} in time order; null: the sources' fixed weights."""
     at: Literal["samples", "steps", "fraction"] = "samples"
