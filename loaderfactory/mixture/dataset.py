@@ -11,12 +11,17 @@ import numpy as np
 from torch.utils.data import Dataset, get_worker_info
 
 from loaderfactory.components.epoch_announce import EpochTag, reading_as, reading_tag
+from loaderfactory.errors import ResumeError
 from loaderfactory.mixture.epochs import Stop, passes
 from loaderfactory.mixture.orders import SourceOrders
 from loaderfactory.mixture.placing import PASS_STRIDE, Group, Placed, Placer
 from loaderfactory.mixture.schedule import Interpolate
 from loaderfactory.mixture.steps import GlobalSteps
 from loaderfactory.mixture.timeline import Timeline
+
+PLACEMENT = 2
+"""How positions are placed (the blocks' arrangement); a state saved under another placement would go
+on with other draws than the rest of its epoch. 1: one generator per block (saved without the key)."""
 
 
 class MixtureDataset(Dataset[Any]):
@@ -82,6 +87,37 @@ class MixtureDataset(Dataset[Any]):
 
     def __len__(self) -> int:
         return self.length
+
+    # -- state: what a loader's position counts in ----------------------------------------------------
+
+    fixed = True
+    """The state never changes while reading: a loader takes no snapshot of it per batch."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """The epoch's length and how positions are placed: a loader's position means the same
+        draws only where both are this mixture's."""
+        return {"length": self.length, "placement": PLACEMENT}
+
+    def state_snapshot(self) -> None:
+        return None
+
+    def state_from_snapshot(self, snapshot: None) -> dict[str, Any]:
+        return self.state_dict()
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Refuse a state saved for another length, or under another placement of the positions."""
+        placement = state.get("placement", 1)
+        if placement != PLACEMENT:
+            raise ResumeError(
+                f"the state was saved by a loaderfactory that placed the mixture's positions another way "
+                f"(placement {placement}, this one {PLACEMENT}): the rest of its epoch would not be the "
+                "rest of the saved one. Resume with the version that saved it, or start the run's data afresh"
+            )
+        if state.get("length") != self.length:
+            raise ResumeError(
+                f"the state was saved for a mixture epoch of {state.get('length')} positions, this one has "
+                f"{self.length}; resume with the same sources, weights and stop"
+            )
 
     # -- epochs -------------------------------------------------------------------------------------
 

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 import math
 import uuid
@@ -205,6 +206,22 @@ def test_per_source_batches_are_pure_and_their_shares_follow_the_weights() -> No
     assert {name: counted[name] for name in SIZES} == {"web": 50, "code": 30, "books": 20}
     for name, read in per_source(draws(batches)).items():
         assert max(read.values()) - min(read.values()) <= 1 and set(read) == set(range(SIZES[name]))
+
+
+def test_a_state_saved_under_another_placement_of_positions_is_refused() -> None:
+    """A state saved before positions were placed a chunk at a time (its dataset part has no
+    ``placement``) would go on with other draws: refused, saying why; the state of now resumes."""
+    with build_loader(config(mixture({"samples": 200}))) as first:
+        next(iter(first))
+        state = first.state_dict()
+    assert state["slots"]["dataset"]["state"] == {"length": 200, "placement": 2}
+    old = copy.deepcopy(state)
+    del old["slots"]["dataset"]["state"]["placement"]
+    with build_loader(config(mixture({"samples": 200}))) as second:
+        with pytest.raises(ResumeError, match="placed the mixture's positions another way"):
+            second.load_state_dict(old)
+        second.load_state_dict(state)
+        assert sum(draws(second).values()) == 200 - 4
 
 
 def test_a_changed_mixture_is_refused_unless_asked_then_resumes_with_a_warning() -> None:
