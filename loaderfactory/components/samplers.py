@@ -54,6 +54,8 @@ class ResumableSampler(Sampler[Any]):
         self.start = 0
         self.done = 0
         self.steps_of = check_global_batch(order.dataset, batch_size, order.world_size)
+        self._first_step: tuple[int, int, int] | None = None
+        """(epoch, start, the step at start) of the dataset's own global steps."""
 
     def __len__(self) -> int:
         return self.done + self.count(self.start)
@@ -68,9 +70,11 @@ class ResumableSampler(Sampler[Any]):
 
     def position_after(self, delivered: int) -> int:
         """The position in the epoch's sequence after ``delivered`` batches from :attr:`start`."""
-        if self.steps_of is not None:
+        if self.steps_of is not None:  # after every batch: the pass's first step found once
             steps = self.steps_of(self.epoch)
-            return steps.start(steps.step_at(self.start) + delivered)
+            if self._first_step is None or self._first_step[:2] != (self.epoch, self.start):
+                self._first_step = (self.epoch, self.start, steps.step_at(self.start))
+            return steps.start(self._first_step[2] + delivered)
         order = self.order
         return advance(self.start, delivered, order.world_size, self.batch_size or 1, order.length)
 

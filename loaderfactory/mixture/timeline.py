@@ -119,7 +119,11 @@ class Timeline:
             units, offsets = np.divmod(positions, self.unit)
             return units, offsets
         units, offsets = np.empty_like(positions), np.empty_like(positions)
-        numbers = np.asarray([self.chunk_of(epoch, int(p)) for p in positions.tolist()], dtype=np.int64)
+        low, high = self.chunk_of(epoch, int(positions.min())), self.chunk_of(epoch, int(positions.max()))
+        if low == high:  # a batch of neighbours: one chunk, found by two searches
+            numbers = np.full(len(positions), low, dtype=np.int64)
+        else:
+            numbers = np.asarray([self.chunk_of(epoch, int(p)) for p in positions.tolist()], dtype=np.int64)
         for number in np.unique(numbers).tolist():
             here = numbers == number
             starts = self.chunk_starts(epoch, number)

@@ -18,6 +18,7 @@ from lightning_mixture_fit import (
     BATCH,
     EPOCHS,
     FIXED,
+    GLOBAL_BATCHES,
     LENGTH,
     PACKAGES,
     STOP,
@@ -27,6 +28,7 @@ from lightning_mixture_fit import (
     mixture,
     recorder,
     recording_logger,
+    sized_mixture,
     trainer,
 )
 
@@ -205,3 +207,29 @@ def test_a_ddp_fit_resumed_at_another_world_size_trains_on_exactly_the_remaining
         assert len(rank["logged"]) == len(positions)
         for record, (epoch, position) in zip(rank["logged"], positions, strict=True):
             assert record == pytest.approx(_expected(dataset, epoch, position), rel=1e-6), (epoch, position)
+
+
+@pytest.mark.slow
+def test_a_fit_over_sources_with_their_own_global_batch_resumes_at_another_world_size(
+    elastic: dict[str, dict[str, list[Any]]],
+) -> None:
+    """A ``per_source`` mixture whose sources have their own global batch (batch_size 3 on 2 ranks,
+    then 2 on 3), saved by rank 0 after 5 steps and resumed on 3 ranks: the two fits' draws of
+    epoch 0 are its draws exactly, every later epoch is whole, and every step of every rank holds
+    one source at its global batch split between the ranks."""
+    pytest.importorskip("lightning")
+    dataset = sized_mixture()
+    saved = [rank["sized"] for rank in elastic["lightning"]["save"]]
+    resumed = [rank["sized"] for rank in elastic["lightning"]["resume"]]
+    assert _seen(saved, 0) + _seen(resumed, 0) == draws(dataset, 0)
+    for epoch in range(1, EPOCHS):
+        assert _seen(resumed, epoch) == draws(dataset, epoch), f"epoch {epoch}"
+        assert {len(rank["sizes"][str(epoch)]) for rank in resumed} == {dataset.global_steps(epoch).count}
+    for ranks, world in ((saved, SAVE_WORLD), (resumed, RESUME_WORLD)):
+        for rank in ranks:
+            for epoch, seen in rank["epochs"].items():
+                at = 0
+                for size in rank["sizes"][epoch]:
+                    sources = {source for source, _ in seen[at : at + size]}
+                    assert len(sources) == 1 and size == GLOBAL_BATCHES[sources.pop()] // world
+                    at += size

@@ -5,7 +5,9 @@
 ``save``: each rank fits :data:`STOP` steps of epoch 0 on ``W`` gloo processes, rank 0's
 checkpoint callback saving ``OUT/PACKAGE/saved.ckpt``. ``resume``: each rank resumes that checkpoint
 up to :data:`EPOCHS` epochs, with ``log_shares=True``. Either writes what the rank trained on (and,
-resuming, what it logged) to ``OUT/PACKAGE/<save|resume>-rankR.json``.
+resuming, what it logged) to ``OUT/PACKAGE/<save|resume>-rankR.json``. With ``lightning``, the same
+again (under ``sized``) for a ``per_source`` mixture whose sources have their own global batch
+(:func:`sized_config`), its per-rank batch size following the world size.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ PACKAGES = ("lightning", "pytorch_lightning")
 SOURCES = (("web", 37, 1), ("code", 23, 2), ("books", 11, 3))
 """Name, samples and seed of each synthetic source."""
 FIXED = {"web": 0.5, "code": 0.3, "books": 0.2}
+GLOBAL_BATCHES = {"web": 6, "code": 12, "books": 18}
+"""Each source's global batch in :func:`sized_config`: each splits evenly over 2 and 3 ranks."""
+SIZED_STEPS = 12
 
 
 def config(scheduled: bool = True) -> dict[str, Any]:
@@ -64,9 +69,26 @@ def config(scheduled: bool = True) -> dict[str, Any]:
     return {"dataset": dataset, "loader": loader, "seed": 5}
 
 
+def sized_config(world: int) -> dict[str, Any]:
+    """:data:`SOURCES` with fixed weights, ``per_source``, each with its :data:`GLOBAL_BATCHES`,
+    :data:`SIZED_STEPS` global steps an epoch, on ``world`` ranks."""
+    made = config(scheduled=False)
+    for name, size in GLOBAL_BATCHES.items():
+        made["dataset"]["sources"][name]["global_batch"] = size
+    made["dataset"].update(batching="per_source", global_batch=6, stop={"steps": SIZED_STEPS}, block=4)
+    made["loader"] = {"kind": "torch", "batch_size": 6 // world, "shuffle": True}
+    return made
+
+
 def mixture(scheduled: bool = True) -> Any:
     """The ``MixtureDataset`` of :func:`config`, built as a loader builds it."""
     with loaderfactory.build_loader(config(scheduled)) as loader:
+        return loader.dataset
+
+
+def sized_mixture() -> Any:
+    """The ``MixtureDataset`` of :func:`sized_config` (the same at any world size)."""
+    with loaderfactory.build_loader(sized_config(1)) as loader:
         return loader.dataset
 
 
@@ -91,8 +113,10 @@ def recorder(package: Any) -> Any:
             super().__init__()
             self.layer = torch.nn.Linear(1, 1)
             self.epochs: dict[int, list[list[Any]]] = {}
+            self.sizes: dict[int, list[int]] = {}
 
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.sizes.setdefault(self.current_epoch, []).append(len(batch["index"]))
             seen = self.epochs.setdefault(self.current_epoch, [])
             sources = batch.get("source", [None] * len(batch["index"]))  # None: a dataset of no mixture
             seen += [[s, int(i)] for s, i in zip(sources, batch["index"], strict=True)]
@@ -146,16 +170,26 @@ def trainer(package: Any, folder: Path, world: int, **options: Any) -> Any:
     )
 
 
-def save(package_name: str, folder: Path, world: int) -> dict[str, Any]:
-    """Fits :data:`STOP` steps on ``world`` processes, saving ``folder/saved.ckpt``: what this rank
-    trained on (``epochs``)."""
+def save(package_name: str, folder: Path, world: int, made: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Fits :data:`STOP` steps of ``made`` (:func:`config`) on ``world`` processes, saving
+    ``folder/saved.ckpt``: what this rank trained on (``epochs``) and its batches' sizes."""
     package, module_class = classes(package_name)
     model = recorder(package)
     # Saved by the callback at the step's end, as a checkpoint of a fit going on would be.
     saving = package.callbacks.ModelCheckpoint(folder, "saved", every_n_train_steps=STOP, save_top_k=-1)
     fit = trainer(package, folder, world, max_steps=STOP, callbacks=[saving], logger=False)
-    fit.fit(model, datamodule=module_class(config()))
-    return {"epochs": model.epochs}
+    fit.fit(model, datamodule=module_class(made or config()))
+    return {"epochs": model.epochs, "sizes": model.sizes}
+
+
+def resume_sized(package_name: str, saved: Path, folder: Path, world: int) -> dict[str, Any]:
+    """Resumes ``saved`` (a fit of :func:`sized_config`) on ``world`` processes up to :data:`EPOCHS`
+    epochs: what this rank trained on and its batches' sizes."""
+    package, module_class = classes(package_name)
+    model = recorder(package)
+    fit = trainer(package, folder, world, max_epochs=EPOCHS, logger=False, enable_checkpointing=False)
+    fit.fit(model, datamodule=module_class(sized_config(world)), ckpt_path=saved)
+    return {"epochs": model.epochs, "sizes": model.sizes}
 
 
 def resume(package_name: str, saved: Path, folder: Path, world: int) -> dict[str, Any]:
@@ -183,10 +217,15 @@ def main() -> None:
     world = int(os.environ["WORLD_SIZE"])
     for package_name in packages:
         here = out / package_name
+        sized = here / "sized"
         if mode == "save":
             record = save(package_name, here, world)
+            if package_name == "lightning":
+                record["sized"] = save(package_name, sized, world, sized_config(world))
         else:
             record = resume(package_name, here / "saved.ckpt", here / "resumed", world)
+            if package_name == "lightning":
+                record["sized"] = resume_sized(package_name, sized / "saved.ckpt", sized / "resumed", world)
         (here / f"{mode}-rank{os.environ['RANK']}.json").write_text(json.dumps(record))
 
 
