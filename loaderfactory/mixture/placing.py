@@ -58,7 +58,6 @@ class Span:
         self.start = start
         self.size = size
         self.groups = groups
-        self.keys = [group.key for group in groups]
         self.group_of = np.empty(size, dtype=np.int64)
         self.rank = np.empty(size, dtype=np.int64)
         self.before = np.zeros((size + 1, len(groups)), dtype=np.int64)
