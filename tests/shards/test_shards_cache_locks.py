@@ -3,12 +3,15 @@ shard's lock at once."""
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
+import multiprocessing
 import os
 import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from counting_http_server import serving
@@ -16,7 +19,7 @@ from shards_data import write_tar_shards
 
 from loaderfactory.shards import Storage
 from loaderfactory.shards.storage.cache import ShardCache
-from loaderfactory.shards.storage.cache_files import locked
+from loaderfactory.shards.storage.cache_files import HeldShard, LockFile, evict, lock_path, locked
 
 
 @pytest.fixture
@@ -79,3 +82,49 @@ def _wait_until_opened(path: Path, inode: int) -> None:
             return
         time.sleep(0.01)
     raise AssertionError(f"the waiter never opened {path}")
+
+
+def _lock_after_the_parent(lock: Path, released: Any, results: Any) -> None:
+    """In a forked child: once the parent has released ``lock``, whether it can be taken at once."""
+    released.wait()
+    try:
+        with locked(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
+            results.put("taken")
+    except BlockingIOError:
+        results.put("still held")
+
+
+def _evict_after_the_parent(path: Path, released: Any, results: Any) -> None:
+    """In a forked child: once the parent has closed its hold on the cached ``path``, try evicting it."""
+    released.wait()
+    results.put("evicted" if evict(path) else "kept")
+
+
+@pytest.mark.parametrize("kind", ["lock", "hold"])
+def test_a_worker_forked_while_a_lock_is_held_does_not_keep_holding_it(tmp_path: Path, kind: str) -> None:
+    """A DataLoader worker forked while the parent holds a shard's lock (a predownload fetching it) or
+    a shard (open for reading) shares neither: once the parent lets go, the worker takes the lock or
+    evicts the shard at once, instead of waiting on its own copy of the parent's lock forever."""
+    context = multiprocessing.get_context("fork")
+    released, results = context.Event(), context.SimpleQueue()
+    shard = tmp_path / "0123456789abcdef.train-000000.tar"
+    shard.write_bytes(b"x" * 10)
+    if kind == "lock":
+        held = contextlib.ExitStack()
+        held.enter_context(locked(lock_path(shard), fcntl.LOCK_EX))
+        child = context.Process(target=_lock_after_the_parent, args=(lock_path(shard), released, results))
+    else:
+        held = contextlib.closing(HeldShard(str(shard), _shared_hold(shard)))  # type: ignore[assignment]
+        child = context.Process(target=_evict_after_the_parent, args=(shard, released, results))
+    with held:
+        child.start()
+    released.set()
+    child.join(timeout=60)
+    assert child.exitcode == 0
+    assert results.get() == ("taken" if kind == "lock" else "evicted")
+
+
+def _shared_hold(path: Path) -> LockFile:
+    held = LockFile.reading(path)
+    held.lock(fcntl.LOCK_SH)
+    return held

@@ -44,7 +44,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from loaderfactory.shards.errors import CacheError, CacheLimitError, ShardChangedError, StorageError
-from loaderfactory.shards.storage.cache_files import HeldShard, evict, lock_path, locked, touch
+from loaderfactory.shards.storage.cache_files import HeldShard, LockFile, evict, lock_path, locked, touch
 from loaderfactory.shards.storage.fork_safe import ForkSafeLock
 from loaderfactory.shards.storage.object_version import same_version
 from loaderfactory.shards.storage.remote_errors import short_answer
@@ -270,14 +270,17 @@ class ShardCache:
         for _ in range(HOLD_ATTEMPTS):
             path = self.local(url)
             try:
-                fd = os.open(path, os.O_RDONLY)
+                held = LockFile.reading(path)
             except FileNotFoundError:
                 continue  # evicted by another process between the fetch and the open
-            fcntl.flock(fd, fcntl.LOCK_SH)
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:  # not evicted before the lock
-                    return HeldShard(path, fd)
-            os.close(fd)
+            try:
+                held.lock(fcntl.LOCK_SH)
+                if held.same_file(path):  # not evicted before the lock
+                    return HeldShard(path, held)
+            except BaseException:
+                held.close()
+                raise
+            held.close()
         raise CacheError(
             f"{url}: evicted from cache.dir {str(self.dir)!r} {HOLD_ATTEMPTS} times before it could be "
             "opened; raise cache.limit (other processes need the space for the shards they read)"

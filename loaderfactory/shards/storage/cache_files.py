@@ -6,25 +6,99 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
+_GUARD = threading.Lock()
+"""Held while a :class:`LockFile` opens or closes, and across a fork: the child's set is exact."""
+_OPEN: set[LockFile] = set()
 
-class HeldShard:
-    """A shard's local path, kept from eviction while this is open (a shared lock on the cached file).
 
-    ``close()`` closes the descriptor and never unlocks explicitly: a worker process forked while
-    the shard was held shares the lock, and an explicit unlock there would release the parent's.
+class LockFile:
+    """An open file that this process locks with ``flock``, closed in a forked child.
+
+    A ``flock`` belongs to the open file, which a forked child shares with its parent. A lock one of
+    the parent's threads holds while a DataLoader worker forks (a predownload fetching a shard)
+    would stay held as long as the worker lives, since no thread there closes the copy, and the
+    worker, taking the same lock anew, would wait on itself forever. So every descriptor of this
+    kind is closed in the child right after the fork (``fd`` reads None there); the lock stays the
+    parent's, released when the parent closes its own. ``close()`` never unlocks explicitly: that
+    would release a lock another process shares.
     """
 
-    def __init__(self, path: str, fd: int | None) -> None:
-        self.path, self._fd = path, fd
+    __slots__ = ("fd",)
+
+    def __init__(self, path: str | Path) -> None:
+        with _GUARD:
+            self.fd: int | None = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            _OPEN.add(self)
+
+    @classmethod
+    def reading(cls, path: str | Path) -> LockFile:
+        """An existing file opened read-only (a cached shard); FileNotFoundError if absent."""
+        self = cls.__new__(cls)
+        with _GUARD:
+            self.fd = os.open(path, os.O_RDONLY)
+            _OPEN.add(self)
+        return self
+
+    def lock(self, operation: int) -> None:
+        assert self.fd is not None
+        fcntl.flock(self.fd, operation)
+
+    def same_file(self, path: str | Path) -> bool:
+        """Whether ``path`` names the file this descriptor has open (not deleted or replaced)."""
+        assert self.fd is not None
+        try:
+            return os.stat(path).st_ino == os.fstat(self.fd).st_ino
+        except FileNotFoundError:
+            return False
 
     def close(self) -> None:
-        fd, self._fd = self._fd, None
+        with _GUARD:
+            fd, self.fd = self.fd, None
+            _OPEN.discard(self)
+            if fd is not None:
+                os.close(fd)
+
+
+def _before_fork() -> None:
+    _GUARD.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    _GUARD.release()
+
+
+def _after_fork_in_child() -> None:
+    """The child's copies of the parent's lock descriptors closed: their locks are the parent's."""
+    for lock_file in _OPEN:
+        fd, lock_file.fd = lock_file.fd, None
         if fd is not None:
-            os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+    _OPEN.clear()
+    _GUARD.release()
+
+
+os.register_at_fork(
+    before=_before_fork, after_in_parent=_after_fork_in_parent, after_in_child=_after_fork_in_child
+)
+
+
+class HeldShard:
+    """A shard's local path, kept from eviction while this is open (a shared lock on the cached file,
+    which a forked worker does not share: see :class:`LockFile`)."""
+
+    def __init__(self, path: str, held: LockFile | None) -> None:
+        self.path, self._held = path, held
+
+    def close(self) -> None:
+        held, self._held = self._held, None
+        if held is not None:
+            held.close()
 
     def __del__(self) -> None:
         self.close()
@@ -36,14 +110,14 @@ def evict(path: Path) -> bool:
     lock = lock_path(path)
     try:
         with locked(lock, fcntl.LOCK_EX | fcntl.LOCK_NB):
-            fd = os.open(path, os.O_RDONLY)
+            shard = LockFile.reading(path)
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                if os.stat(path).st_ino != os.fstat(fd).st_ino:
+                shard.lock(fcntl.LOCK_EX | fcntl.LOCK_NB)
+                if not shard.same_file(path):
                     return False
                 path.unlink()
             finally:
-                os.close(fd)
+                shard.close()
             # Safe under the lock: a process that opened the old lock file and waits on it finds it
             # unlinked once it gets the lock, and takes a new one (see locked).
             lock.unlink(missing_ok=True)
@@ -69,20 +143,20 @@ def locked(path: Path, operation: int) -> Iterator[None]:
 
     Eviction deletes a shard's lock file while holding it: a lock taken on a file no longer at
     ``path`` (the inode differs, or none is there) protects nothing, so it is dropped and taken
-    again on the file now there. Raises BlockingIOError for a busy ``LOCK_NB`` lock.
+    again on the file now there. Raises BlockingIOError for a busy ``LOCK_NB`` lock. A worker forked
+    meanwhile does not share the lock (:class:`LockFile`).
     """
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+        lock_file = LockFile(path)
         try:
-            fcntl.flock(fd, operation)
-            with contextlib.suppress(FileNotFoundError):
-                if os.stat(path).st_ino == os.fstat(fd).st_ino:
-                    break
+            lock_file.lock(operation)
+            if lock_file.same_file(path):
+                break
         except BaseException:
-            os.close(fd)
+            lock_file.close()
             raise
-        os.close(fd)
+        lock_file.close()
     try:
         yield
     finally:
-        os.close(fd)
+        lock_file.close()
