@@ -11,8 +11,9 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-_GUARD = threading.Lock()
-"""Held while a :class:`LockFile` opens or closes, and across a fork: the child's set is exact."""
+_GUARD = threading.RLock()
+"""Held while a :class:`LockFile` opens or closes, and across a fork: the child's set is exact.
+Re-entrant: a collection inside an open may close a dropped :class:`HeldShard` on the same thread."""
 _OPEN: set[LockFile] = set()
 
 
@@ -74,7 +75,7 @@ def _after_fork_in_parent() -> None:
 
 def _after_fork_in_child() -> None:
     """The child's copies of the parent's lock descriptors closed: their locks are the parent's."""
-    for lock_file in _OPEN:
+    for lock_file in list(_OPEN):
         fd, lock_file.fd = lock_file.fd, None
         if fd is not None:
             with contextlib.suppress(OSError):
